@@ -1,0 +1,26 @@
+# Two entry points (README quick start): `make demo` runs the main job, `make test` the tests.
+# Both create or reuse .venv and install torch from the pinned builds *before* the package, so
+# pip never picks a (multi-GB CUDA) torch by itself.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.nnunet_dro_installed
+TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+
+.PHONY: install test demo
+
+$(STAMP): setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install $(TORCH_PINS)
+	$(BIN)/python -m pip install -e ".[test]" $(TORCH_PINS)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+demo: $(STAMP)
+	$(BIN)/python scripts/benchmark_sampler.py
+	$(BIN)/python scripts/digits_imbalance.py

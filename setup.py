@@ -1,0 +1,33 @@
+"""Installation of nnunet_dro.
+
+Install torch (and torchvision) for your machine *before* this package, as you do for nnU-Net:
+pip would otherwise pick a torch build on its own. ``make test`` / ``make demo`` do that for you.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="nnunet_dro",
+    version="0.1.0",
+    description="Distributionally robust training (hardness weighted sampling) and stratified "
+                "robustness evaluation for nnU-Net v2",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["nnunet_dro", "nnunet_dro.*"]),
+    include_package_data=True,
+    install_requires=[
+        # 2.8.x: we rely on its nnUNet_extTrainer lookup and on its trainer/loss internals.
+        "nnunetv2>=2.8.1,<2.9",
+        "torch",
+        "SimpleITK",
+        "nibabel",
+        "batchgenerators",
+        "numpy",
+        "scipy",
+        "pandas",
+        "matplotlib",
+        "scikit-learn",
+    ],
+    extras_require={"test": ["pytest", "pytest-timeout", "hypothesis"]},
+    entry_points={"console_scripts": ["nnunet_dro = nnunet_dro.cli:main"]},
+)

@@ -1,0 +1,49 @@
+"""Closed forms of the KL-DRO problem (method.md, section 1), in float64 and overflow-free.
+
+For per-volume losses ``L`` and a robustness parameter ``beta > 0``::
+
+    R(L) = max_q  <q, L> - KL(q || uniform) / beta  =  log(mean(exp(beta * L))) / beta
+    argmax = softmax(beta * L)
+
+These are the reference the sampler is tested against; they are O(n) and meant for queries
+(once per epoch), not for every draw.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import logsumexp, softmax
+
+
+def kl_dro_probabilities(losses: ArrayLike, beta: float) -> NDArray[np.float64]:
+    """Hardness weights ``softmax(beta * losses)`` (sums to 1).
+
+    >>> kl_dro_probabilities([0.0, 0.0], beta=100.0)
+    array([0.5, 0.5])
+    >>> kl_dro_probabilities([1e3, 0.0], beta=1e4).round(6)  # no overflow
+    array([1., 0.])
+    """
+    return softmax(beta * np.asarray(losses, dtype=np.float64))
+
+
+def kl_dro_objective(losses: ArrayLike, beta: float) -> float:
+    """The robust loss ``log(mean(exp(beta * L))) / beta``; lies in ``[mean(L), max(L)]``.
+
+    >>> kl_dro_objective([1.0, 1.0, 1.0], beta=10.0)
+    1.0
+    """
+    x = np.asarray(losses, dtype=np.float64)
+    return float((logsumexp(beta * x) - np.log(x.size)) / beta)
+
+
+def entropy(p: ArrayLike) -> float:
+    """Shannon entropy in nats; ``0 log 0 = 0``. ``log(n)`` for the uniform distribution."""
+    p = np.asarray(p, dtype=np.float64)
+    nz = p[p > 0]
+    return float(-(nz * np.log(nz)).sum())
+
+
+def effective_sample_size(p: ArrayLike) -> float:
+    """``1 / sum(p^2)``: n for uniform sampling, 1 when all mass is on one volume."""
+    p = np.asarray(p, dtype=np.float64)
+    return float(1.0 / np.square(p).sum())

@@ -1,0 +1,408 @@
+"""The hardness weighted sampler of Algorithm 1 (method.md, section 2).
+
+Volumes are drawn i.i.d. *with replacement* from ``p = softmax(beta * L)`` where ``L`` holds the
+stale loss of every training volume; each fresh loss replaces its stale value; importance
+weights ``clip(exp(beta * (l - L_i)), w_min, w_max)`` correct for the staleness.
+
+How it is cheap: a sum tree over ``exp(beta * (L_i - c))`` gives one draw and one update in
+O(log n) (a descent / an ascent of about log2(n) nodes) instead of the O(n) softmax and
+``numpy.random.choice`` of the reference code. The reference ``c`` is re-centred to ``max(L)``
+(an O(n) rebuild) only when a new loss would overflow the exponent or the total underflows, so
+the rebuilds are rare. Probabilities returned by :meth:`probabilities` are computed directly from
+``L`` in float64 and are exact.
+
+How it is shared: see :mod:`nnunet_dro.sampling.storage`. Writers (the owner's ``update``) bracket
+their writes with a sequence counter (a seqlock); readers in other processes retry a draw that
+overlapped a write, so they never see a half-updated tree. Even a torn read can only ever give a
+valid index: the descent always ends in a leaf.
+"""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from nnunet_dro.sampling.distributions import effective_sample_size, entropy, kl_dro_probabilities
+from nnunet_dro.sampling.storage import CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, SamplerStorage
+
+# Re-centre when beta * (L - c) would exceed this (exp(300) ~ 2e130: sums of 1e7 of them stay
+# finite) or when the total weight falls below exp(-RECENTRE_EXPONENT) (underflow ahead).
+RECENTRE_EXPONENT = 300.0
+_MAX_EXPONENT = 700.0  # math.exp overflows above ~709.78; torn reads must not raise
+_MIN_TOTAL = math.exp(-RECENTRE_EXPONENT)
+_READ_RETRIES = 1000
+# Above this many distinct volumes in one update, an O(n) vectorised rebuild beats b ascents.
+_VECTORISED_UPDATE_ABOVE = 4096
+STATE_VERSION = 1
+
+
+class HardnessWeightedSampler:
+    """Per-volume hardness weighted sampler for KL distributionally robust optimisation.
+
+    Args:
+        num_samples: number of training volumes ``n``.
+        beta: inverse temperature; ``beta -> 0`` is uniform sampling (ERM). Paper default 100.
+        init_loss: initial stale loss, a scalar (plus tiny seeded noise that breaks ties, at
+            most ``1e-6 * max(1, |init_loss|)``) or a vector of ``n`` finite values (used as is).
+        importance_sampling: if False, :meth:`importance_weights` returns ones.
+        clip: ``(w_min, w_max)`` for the importance weights.
+        seed: seeds the draws (and the tie-breaking noise). Every other process that uses a
+            copy of the sampler derives its own stream from ``(seed, pid)``, so forked workers
+            never repeat each other's draws.
+        shared: keep the state in shared memory so that copies in other processes (forked, or
+            pickled to spawned ones) follow this object's updates.
+
+    Duplicates in one batch: every occurrence gets its own importance weight (against the stale
+    loss), and the stale loss becomes the *mean* of that volume's fresh losses in the batch.
+    Non-finite losses never enter the state: they are skipped, counted (``num_skipped``) and
+    warned about; their importance weight is the neutral 1.
+
+    Example (the loop of Algorithm 1):
+
+    >>> s = HardnessWeightedSampler(5, beta=10.0, seed=0)
+    >>> idx = s.sample(2)
+    >>> fresh = np.array([0.3, 0.9])          # per-volume losses from the network
+    >>> w = s.importance_weights(idx, fresh)  # weight each loss by w before averaging
+    >>> s.update(idx, fresh)
+    >>> bool(np.isclose(s.probabilities().sum(), 1.0))
+    True
+    >>> s.close()
+    """
+
+    def __init__(self, num_samples: int, beta: float = 100.0, init_loss: float | ArrayLike = 1.0,
+                 importance_sampling: bool = True, clip: tuple[float, float] = (0.1, 10.0),
+                 seed: int | None = None, shared: bool = False):
+        num_samples = int(num_samples)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if not (math.isfinite(beta) and beta > 0):
+            raise ValueError(f"beta must be a finite positive number, got {beta}")
+        w_min, w_max = float(clip[0]), float(clip[1])
+        if not (0 < w_min <= w_max < math.inf):
+            raise ValueError(f"clip must satisfy 0 < w_min <= w_max < inf, got {clip}")
+        self.num_samples = num_samples
+        self.beta = float(beta)
+        self.importance_sampling = bool(importance_sampling)
+        self.clip = (w_min, w_max)
+        self.seed = seed
+        self._storage = SamplerStorage(num_samples, shared=shared)
+        self._rng = np.random.default_rng(seed)
+        self._rng_pid = os.getpid()
+        self._storage.losses[:] = self._initial_losses(init_loss)
+        self._rebuild()
+
+    # ------------------------------------------------------------------ construction helpers
+    def _initial_losses(self, init_loss: float | ArrayLike) -> NDArray[np.float64]:
+        init = np.asarray(init_loss, dtype=np.float64)
+        if init.ndim == 0:
+            if not np.isfinite(init):
+                raise ValueError(f"init_loss must be finite, got {float(init)}")
+            scale = 1e-6 * max(1.0, abs(float(init)))
+            return float(init) + self._rng.uniform(0.0, scale, self.num_samples)
+        if init.shape != (self.num_samples,):
+            raise ValueError(f"init_loss vector has shape {init.shape}, expected ({self.num_samples},)")
+        if not np.all(np.isfinite(init)):
+            raise ValueError("init_loss vector contains NaN or inf")
+        return init.copy()
+
+    # ------------------------------------------------------------------ sum tree
+    # Internal node k (1 <= k < n) has children 2k and 2k+1; a child j >= n is the leaf of
+    # volume j - n, whose weight exp(beta * (L - c)) is computed from L instead of stored. This
+    # is a full binary tree for any n, and keeps the state at 24 bytes per volume.
+    def _rebuild(self) -> None:
+        """O(n): re-centre ``c`` on max(L) and recompute every internal node."""
+        st, n = self._storage, self.num_samples
+        centre = float(st.losses.max())
+        full = np.empty(2 * n, dtype=np.float64)
+        full[n:] = np.exp(self.beta * (st.losses - centre))
+        hi = n
+        while hi > 1:  # one level at a time, bottom-up: nodes [lo, hi) have children >= hi
+            lo = (hi + 1) // 2
+            k = np.arange(lo, hi)
+            full[k] = full[2 * k] + full[2 * k + 1]
+            hi = lo
+        self._begin_write()
+        st.header_float[CENTRE] = centre
+        st.tree[1:] = full[1:n]
+        st.tree[0] = 0.0
+        self._end_write()
+
+    def _begin_write(self) -> None:
+        self._storage.header_int[SEQUENCE] += 1  # odd: readers retry
+
+    def _end_write(self) -> None:
+        self._storage.header_int[SEQUENCE] += 1
+
+    def _ascend(self, leaf: int, losses, tree, centre: float) -> None:
+        """Recompute the internal nodes on the path from ``leaf`` to the root."""
+        n, beta, exp = self.num_samples, self.beta, math.exp
+        k = (leaf + n) >> 1
+        while k:
+            a = k + k
+            wa = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (losses[a - n] - centre)))
+            a += 1
+            wb = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (losses[a - n] - centre)))
+            tree[k] = wa + wb
+            k >>= 1
+
+    # ------------------------------------------------------------------ public API
+    def sample(self, batch_size: int) -> NDArray[np.int64]:
+        """Draw ``batch_size`` volume indices i.i.d. with replacement from ``softmax(beta * L)``.
+
+        O(batch_size * log n). Safe to call in any process holding a copy of a shared sampler.
+        """
+        batch_size = int(batch_size)
+        if batch_size < 0:
+            raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+        rng = self._process_rng()
+        st = self._storage
+        out = np.empty(batch_size, dtype=np.int64)
+        if self.num_samples == 1:
+            out[:] = 0
+            return out
+        header, losses, tree, fheader = st.mv_header, st.mv_losses, st.mv_tree, st.mv_centre_view
+        n, beta, exp = self.num_samples, self.beta, math.exp
+        for _ in range(_READ_RETRIES):
+            seq = header[SEQUENCE]
+            if seq & 1:
+                continue  # the owner is writing
+            centre, total = fheader[CENTRE], tree[1]
+            for j, r in enumerate(rng.random(batch_size).tolist()):
+                # descend from the root, going left with probability w_left / w_node
+                u, k = r * total, 1
+                while k < n:
+                    k += k
+                    w_left = tree[k] if k < n else exp(min(_MAX_EXPONENT, beta * (losses[k - n] - centre)))
+                    if u >= w_left:
+                        u -= w_left
+                        k += 1
+                out[j] = k - n
+            if header[SEQUENCE] == seq:
+                return out
+        return out  # a writer that never pauses: the indices are still valid, just approximate
+
+    def importance_weights(self, indices: ArrayLike, losses: ArrayLike) -> NDArray[np.float64]:
+        """``clip(exp(beta * (losses - L[indices])), w_min, w_max)``, computed in log space.
+
+        Call before :meth:`update` (it compares against the stale losses). Ones if importance
+        sampling is off; a non-finite loss gets the neutral weight 1.
+        """
+        idx, fresh = self._check_batch(indices, losses)
+        if not self.importance_sampling:
+            return np.ones(idx.shape, dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            log_w = self.beta * (fresh - self._storage.losses[idx])
+        log_w = np.where(np.isfinite(fresh), log_w, 0.0)
+        log_w = np.clip(log_w, math.log(self.clip[0]), math.log(self.clip[1]))
+        return np.exp(log_w)
+
+    def update(self, indices: ArrayLike, losses: ArrayLike) -> None:
+        """Set ``L[indices] <- losses`` (O(b log n)); duplicates take the mean of their losses."""
+        idx, fresh = self._check_batch(indices, losses)
+        st = self._storage
+        fresh_by_volume: dict[int, list[float]] = {}
+        skipped = []
+        for i, value in zip(idx.tolist(), fresh.tolist()):
+            if math.isfinite(value):
+                fresh_by_volume.setdefault(i, []).append(value)
+            else:
+                skipped.append(i)
+        if skipped:
+            header = st.mv_header
+            header[NUM_SKIPPED] += len(skipped)
+            warnings.warn(f"HardnessWeightedSampler: skipped {len(skipped)} non-finite loss value(s) "
+                          f"for volume(s) {sorted(set(skipped))}; their stale losses are kept "
+                          f"({header[NUM_SKIPPED]} skipped so far)", RuntimeWarning, stacklevel=2)
+        if not fresh_by_volume:
+            return
+        if len(fresh_by_volume) > _VECTORISED_UPDATE_ABOVE:
+            self._update_many(fresh_by_volume)
+            return
+        header, losses, tree, counts = st.mv_header, st.mv_losses, st.mv_tree, st.mv_counts
+        centre = st.mv_centre_view[CENTRE]
+        header[SEQUENCE] += 1  # seqlock: odd while writing
+        highest = -math.inf
+        for i, values in fresh_by_volume.items():
+            mean = values[0] if len(values) == 1 else math.fsum(values) / len(values)
+            losses[i] = mean
+            counts[i] += len(values)
+            highest = max(highest, mean)
+        header[NUM_UPDATES] += 1
+        recentre = self.beta * (highest - centre) > RECENTRE_EXPONENT
+        if not recentre and self.num_samples > 1:
+            for leaf in fresh_by_volume:
+                self._ascend(leaf, losses, tree, centre)
+            recentre = not (tree[1] > _MIN_TOTAL)
+        header[SEQUENCE] += 1
+        if recentre:
+            self._rebuild()
+
+    def _update_many(self, fresh_by_volume: dict[int, list[float]]) -> None:
+        """Large batches (e.g. all ranks' updates at once, a warm-up epoch): vectorised."""
+        st = self._storage
+        unique = np.fromiter(fresh_by_volume, dtype=np.int64, count=len(fresh_by_volume))
+        sizes = np.array([len(v) for v in fresh_by_volume.values()], dtype=np.int64)
+        means = np.array([math.fsum(v) / len(v) for v in fresh_by_volume.values()])
+        self._begin_write()
+        st.losses[unique] = means
+        st.counts[unique] += sizes
+        st.header_int[NUM_UPDATES] += 1
+        self._end_write()
+        self._rebuild()
+
+    def probabilities(self) -> NDArray[np.float64]:
+        """The sampling distribution ``softmax(beta * L)``, exact in float64 (O(n))."""
+        return kl_dro_probabilities(self.losses, self.beta)
+
+    @property
+    def losses(self) -> NDArray[np.float64]:
+        """Read-only view of the stale losses ``L``."""
+        view = self._storage.losses.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def draw_counts(self) -> NDArray[np.int64]:
+        """Read-only view: fresh losses received per volume (times it was drawn and used)."""
+        view = self._storage.counts.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def num_skipped(self) -> int:
+        """How many non-finite losses :meth:`update` refused."""
+        return int(self._storage.header_int[NUM_SKIPPED])
+
+    @property
+    def state_nbytes(self) -> int:
+        """Bytes of sampler state (24 per volume plus a 64-byte header)."""
+        return self._storage.nbytes
+
+    def stats(self, k: int = 5) -> dict[str, Any]:
+        """Summary for logs: entropy of p (nats), effective sample size ``1/sum(p^2)``, max p,
+        the ``k`` hardest volumes as ``(index, stale loss)`` (hardest first), skipped count.
+
+        O(n) vectorised: fine once per epoch even for millions of volumes.
+        """
+        p = self.probabilities()
+        losses = np.array(self.losses)
+        k = min(int(k), self.num_samples)
+        top = np.argpartition(-losses, k - 1)[:k] if k > 0 else np.array([], dtype=np.int64)
+        top = top[np.argsort(-losses[top], kind="stable")]
+        return {
+            "entropy": entropy(p),
+            "max_entropy": math.log(self.num_samples),
+            "effective_sample_size": effective_sample_size(p),
+            "max_probability": float(p.max()),
+            "hardest": [(int(i), float(losses[i])) for i in top],
+            "num_skipped": self.num_skipped,
+        }
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Plain numpy/python objects (``torch.save``-able): losses, draw counts, RNG state."""
+        st = self._storage
+        return {
+            "version": STATE_VERSION,
+            "num_samples": self.num_samples,
+            "beta": self.beta,
+            "importance_sampling": self.importance_sampling,
+            "clip": tuple(self.clip),
+            "losses": np.array(st.losses),
+            "draw_counts": np.array(st.counts),
+            "num_skipped": int(st.header_int[NUM_SKIPPED]),
+            "num_updates": int(st.header_int[NUM_UPDATES]),
+            "rng_state": self._rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore losses, counts and RNG state (beta, clip and IS stay as constructed)."""
+        if int(state["num_samples"]) != self.num_samples:
+            raise ValueError(f"state is for {state['num_samples']} volumes, this sampler has "
+                             f"{self.num_samples}")
+        losses = np.asarray(state["losses"], dtype=np.float64)
+        if losses.shape != (self.num_samples,) or not np.all(np.isfinite(losses)):
+            raise ValueError("state 'losses' must be a finite vector of length num_samples")
+        for key in ("beta", "importance_sampling"):
+            if key in state and state[key] != getattr(self, key):
+                warnings.warn(f"state was saved with {key}={state[key]}, sampler uses "
+                              f"{getattr(self, key)}", RuntimeWarning, stacklevel=2)
+        st = self._storage
+        self._begin_write()
+        st.losses[:] = losses
+        st.counts[:] = np.asarray(state["draw_counts"], dtype=np.int64)
+        st.header_int[NUM_SKIPPED] = int(state.get("num_skipped", 0))
+        st.header_int[NUM_UPDATES] = int(state.get("num_updates", 0))
+        self._end_write()
+        self._rebuild()
+        if state.get("rng_state") is not None:
+            self._rng.bit_generator.state = state["rng_state"]
+            self._rng_pid = os.getpid()
+
+    # ------------------------------------------------------------------ processes
+    def _process_rng(self) -> np.random.Generator:
+        """The RNG of this process: a copy in a new process derives its own stream."""
+        pid = os.getpid()
+        if pid != self._rng_pid:
+            if self.seed is None:
+                self._rng = np.random.default_rng()
+            else:
+                self._rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), pid]))
+            self._rng_pid = pid
+        return self._rng
+
+    def __getstate__(self) -> dict[str, Any]:
+        config = {"num_samples": self.num_samples, "beta": self.beta,
+                  "importance_sampling": self.importance_sampling, "clip": self.clip,
+                  "seed": self.seed}
+        if self._storage.shared:
+            return {"config": config, "shm_name": self._storage.name}
+        return {"config": config, "state": self.state_dict()}
+
+    def __setstate__(self, data: dict[str, Any]) -> None:
+        self.__dict__.update(data["config"])
+        self._rng = np.random.default_rng(self.seed)
+        self._rng_pid = -1  # derive a per-process stream on first draw
+        if "shm_name" in data:
+            self._storage = SamplerStorage.attach(data["shm_name"], self.num_samples)
+        else:
+            self._storage = SamplerStorage(self.num_samples)
+            self.load_state_dict(data["state"])
+
+    @property
+    def shared(self) -> bool:
+        return self._storage.shared
+
+    def close(self) -> None:
+        """Release the state; the owner of a shared block unlinks it. Idempotent."""
+        self._storage.close()
+
+    def __enter__(self) -> "HardnessWeightedSampler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(num_samples={self.num_samples}, beta={self.beta}, "
+                f"importance_sampling={self.importance_sampling}, clip={self.clip}, "
+                f"shared={self.shared})")
+
+    def _check_batch(self, indices: ArrayLike, losses: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(indices).reshape(-1)
+        fresh = np.asarray(losses, dtype=np.float64).reshape(-1)
+        if idx.shape != fresh.shape:
+            raise ValueError(f"{idx.size} indices but {fresh.size} losses")
+        if idx.size == 0:
+            return idx.astype(np.int64), fresh
+        if idx.dtype.kind not in "iu":
+            raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
+        as_list = idx.tolist()  # builtin min/max: faster than numpy's for a handful of values
+        if min(as_list) < 0 or max(as_list) >= self.num_samples:
+            raise IndexError(f"indices must lie in [0, {self.num_samples}), got "
+                             f"[{min(as_list)}, {max(as_list)}]")
+        return idx.astype(np.int64, copy=False), fresh

@@ -197,8 +197,9 @@ class HardnessWeightedSampler:
         with np.errstate(invalid="ignore", over="ignore"):
             log_w = self.beta * (fresh - self._storage.losses[idx])
         log_w = np.where(np.isfinite(fresh), log_w, 0.0)
-        log_w = np.clip(log_w, math.log(self.clip[0]), math.log(self.clip[1]))
-        return np.exp(log_w)
+        w_min, w_max = self.clip
+        # clip in log space (no overflow), then once more so exp's rounding stays inside the bounds
+        return np.clip(np.exp(np.clip(log_w, math.log(w_min), math.log(w_max))), w_min, w_max)
 
     def update(self, indices: ArrayLike, losses: ArrayLike) -> None:
         """Set ``L[indices] <- losses`` (O(b log n)); duplicates take the mean of their losses."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import warnings
 from typing import Any, Sequence
 
@@ -166,10 +167,12 @@ class HardnessWeightedSampler:
             return out
         header, losses, tree, fheader = st.mv_header, st.mv_losses, st.mv_tree, st.mv_centre_view
         n, beta, exp = self.num_samples, self.beta, math.exp
-        for _ in range(_READ_RETRIES):
+        last_attempt = _READ_RETRIES - 1
+        for attempt in range(_READ_RETRIES):
             seq = header[SEQUENCE]
-            if seq & 1:
-                continue  # the owner is writing
+            if seq & 1 and attempt < last_attempt:
+                time.sleep(0)  # the owner is writing: let it finish
+                continue
             centre, total = fheader[CENTRE], tree[1]
             for j, r in enumerate(rng.random(batch_size).tolist()):
                 # descend from the root, going left with probability w_left / w_node
@@ -181,9 +184,11 @@ class HardnessWeightedSampler:
                         u -= w_left
                         k += 1
                 out[j] = k - n
-            if header[SEQUENCE] == seq:
-                return out
-        return out  # a writer that never pauses: the indices are still valid, just approximate
+            # a draw that overlapped a write is redone; after many tries (a writer that never
+            # pauses) the indices are still valid, only drawn from a mix of old and new losses
+            if header[SEQUENCE] == seq or attempt == last_attempt:
+                break
+        return out
 
     def importance_weights(self, indices: ArrayLike, losses: ArrayLike) -> NDArray[np.float64]:
         """``clip(exp(beta * (losses - L[indices])), w_min, w_max)``, computed in log space.

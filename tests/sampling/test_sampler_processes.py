@@ -1,0 +1,168 @@
+"""The shared sampler across real processes: fork, spawn, concurrent writers, leaks, gloo DDP."""
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from nnunet_dro.sampling import HardnessWeightedSampler, all_gather_updates
+
+N = 8
+DRAWS = 20000
+
+
+def _draw_after_signal(sampler, go, results):
+    """Worker: wait until the parent has updated the losses, then draw."""
+    go.wait(timeout=60)
+    results.put(np.bincount(sampler.sample(DRAWS), minlength=N).tolist())
+
+
+def _shm_path(name):
+    return os.path.join("/dev/shm", name.lstrip("/"))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_worker_draws_follow_the_parents_update(method):
+    ctx = mp.get_context(method)
+    with HardnessWeightedSampler(N, beta=10.0, init_loss=0.0, seed=1, shared=True) as s:
+        go, results = ctx.Event(), ctx.Queue()
+        worker = ctx.Process(target=_draw_after_signal, args=(s, go, results))
+        worker.start()  # the worker holds a copy made *before* the update
+        s.update(np.arange(N), np.where(np.arange(N) == 2, 1.0, 0.0))  # volume 2 gets e^10 more
+        go.set()
+        counts = np.array(results.get(timeout=120))
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+        expected = s.probabilities() * DRAWS
+    assert expected[2] / DRAWS > 0.99
+    assert stats.chisquare(np.r_[counts[2], DRAWS - counts[2]],
+                           np.r_[expected[2], DRAWS - expected[2]]).pvalue > 1e-3
+
+
+def _hammer_draws(sampler, stop, results):
+    bad = 0
+    total = 0
+    while not stop.is_set():
+        idx = sampler.sample(4)
+        bad += int(((idx < 0) | (idx >= sampler.num_samples)).sum())
+        total += idx.size
+    results.put((bad, total, bool(np.all(np.isfinite(sampler.probabilities())))))
+
+
+def test_readers_never_see_invalid_indices_while_the_owner_writes():
+    ctx = mp.get_context("fork")
+    rng = np.random.default_rng(0)
+    with HardnessWeightedSampler(1000, beta=100.0, shared=True, seed=0) as s:
+        stop, results = ctx.Event(), ctx.Queue()
+        readers = [ctx.Process(target=_hammer_draws, args=(s, stop, results)) for _ in range(2)]
+        for r in readers:
+            r.start()
+        for step in range(3000):
+            idx = rng.integers(0, 1000, 4)
+            # alternate wild scales so that re-centring rebuilds happen under the readers
+            scale = 50.0 if step % 500 < 250 else 0.01
+            s.update(idx, rng.normal(0, scale, 4))
+        stop.set()
+        outcomes = [results.get(timeout=60) for _ in readers]
+        for r in readers:
+            r.join(timeout=60)
+    for bad, total, finite in outcomes:
+        assert total > 0 and bad == 0 and finite
+
+
+def test_owner_unlinks_on_close_and_on_exception():
+    s = HardnessWeightedSampler(10, shared=True)
+    path = _shm_path(s._storage.name)
+    assert os.path.exists(path)
+    s.close()
+    s.close()  # idempotent
+    assert not os.path.exists(path)
+    with pytest.raises(RuntimeError):
+        with HardnessWeightedSampler(10, shared=True) as t:
+            path = _shm_path(t._storage.name)
+            raise RuntimeError("training crashed")
+    assert not os.path.exists(path)
+
+
+def _attach_and_exit(sampler, results):
+    results.put(float(sampler.losses[0]))
+
+
+def test_workers_never_unlink_and_a_crashed_owner_leaves_no_segment(tmp_path):
+    ctx = mp.get_context("fork")
+    with HardnessWeightedSampler(10, init_loss=0.25, shared=True) as s:
+        path = _shm_path(s._storage.name)
+        for method in ("fork", "spawn"):
+            c = mp.get_context(method)
+            q = c.Queue()
+            p = c.Process(target=_attach_and_exit, args=(s, q))
+            p.start()
+            assert q.get(timeout=60) == pytest.approx(0.25, abs=1e-5)
+            p.join(timeout=60)
+            assert os.path.exists(path), f"a {method} worker unlinked the owner's block"
+    # an owner process that dies of an uncaught exception without close() still cleans up
+    script = textwrap.dedent("""
+        import sys
+        from nnunet_dro.sampling import HardnessWeightedSampler
+        s = HardnessWeightedSampler(10, shared=True)
+        print(s._storage.name, flush=True)
+        raise SystemExit(3)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3
+    assert not os.path.exists(_shm_path(out.stdout.strip()))
+    del ctx
+
+
+def test_private_sampler_pickles_by_value():
+    import pickle
+    with HardnessWeightedSampler(5, init_loss=[1, 2, 3, 4, 5], seed=0) as s:
+        t = pickle.loads(pickle.dumps(s))
+        s.update([0], [9.0])
+        assert t.losses[0] == 1.0 and not t.shared  # an independent copy
+        np.testing.assert_array_equal(t.losses[1:], s.losses[1:])
+
+
+def _ddp_rank(rank, world, port, results):
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        s = HardnessWeightedSampler(20, beta=10.0, init_loss=1.0, seed=42)  # same init everywhere
+        rng = np.random.default_rng(rank)
+        for step in range(25):
+            idx = s.sample(2 + rank)  # uneven per-rank batch sizes, like nnU-Net's split
+            losses = rng.uniform(0, 1, idx.size)
+            all_idx, all_losses = all_gather_updates(idx, losses)
+            assert all_idx.size == 2 + 3  # both ranks' contributions
+            s.update(all_idx, all_losses)
+        results.put((rank, s.losses.tolist(), s.draw_counts.tolist()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_all_gather_updates_keeps_ranks_identical_with_gloo():
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = [ctx.Process(target=_ddp_rank, args=(r, 2, port, results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    out = dict((r, (l, c)) for r, l, c in (results.get(timeout=180) for _ in procs))
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert out[0] == out[1]
+    assert sum(out[0][1]) == 25 * 5
+
+
+def test_all_gather_without_distributed_is_identity():
+    idx, val = all_gather_updates([1, 2], [0.5, 0.25])
+    assert idx.tolist() == [1, 2] and val.tolist() == [0.5, 0.25]

@@ -138,18 +138,6 @@ class HardnessWeightedSampler:
     def _end_write(self) -> None:
         self._storage.header_int[SEQUENCE] += 1
 
-    def _ascend(self, leaf: int, losses, tree, centre: float) -> None:
-        """Recompute the internal nodes on the path from ``leaf`` to the root."""
-        n, beta, exp = self.num_samples, self.beta, math.exp
-        k = (leaf + n) >> 1
-        while k:
-            a = k + k
-            wa = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (losses[a - n] - centre)))
-            a += 1
-            wb = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (losses[a - n] - centre)))
-            tree[k] = wa + wb
-            k >>= 1
-
     # ------------------------------------------------------------------ public API
     def sample(self, batch_size: int) -> NDArray[np.int64]:
         """Draw ``batch_size`` volume indices i.i.d. with replacement from ``softmax(beta * L)``.
@@ -161,10 +149,8 @@ class HardnessWeightedSampler:
             raise ValueError(f"batch_size must be >= 0, got {batch_size}")
         rng = self._process_rng()
         st = self._storage
-        out = np.empty(batch_size, dtype=np.int64)
-        if self.num_samples == 1:
-            out[:] = 0
-            return out
+        if self.num_samples == 1 or batch_size == 0:
+            return np.zeros(batch_size, dtype=np.int64)
         header, losses, tree, fheader = st.mv_header, st.mv_losses, st.mv_tree, st.mv_centre_view
         n, beta, exp = self.num_samples, self.beta, math.exp
         last_attempt = _READ_RETRIES - 1
@@ -174,7 +160,8 @@ class HardnessWeightedSampler:
                 time.sleep(0)  # the owner is writing: let it finish
                 continue
             centre, total = fheader[CENTRE], tree[1]
-            for j, r in enumerate(rng.random(batch_size).tolist()):
+            drawn = []
+            for r in rng.random(batch_size).tolist():
                 # descend from the root, going left with probability w_left / w_node
                 u, k = r * total, 1
                 while k < n:
@@ -183,12 +170,12 @@ class HardnessWeightedSampler:
                     if u >= w_left:
                         u -= w_left
                         k += 1
-                out[j] = k - n
+                drawn.append(k - n)
             # a draw that overlapped a write is redone; after many tries (a writer that never
             # pauses) the indices are still valid, only drawn from a mix of old and new losses
             if header[SEQUENCE] == seq or attempt == last_attempt:
                 break
-        return out
+        return np.array(drawn, dtype=np.int64)
 
     def importance_weights(self, indices: ArrayLike, losses: ArrayLike) -> NDArray[np.float64]:
         """``clip(exp(beta * (losses - L[indices])), w_min, w_max)``, computed in log space.
@@ -230,18 +217,29 @@ class HardnessWeightedSampler:
             return
         header, losses, tree, counts = st.mv_header, st.mv_losses, st.mv_tree, st.mv_counts
         centre = st.mv_centre_view[CENTRE]
+        n, beta, exp = self.num_samples, self.beta, math.exp
         header[SEQUENCE] += 1  # seqlock: odd while writing
         highest = -math.inf
         for i, values in fresh_by_volume.items():
             mean = values[0] if len(values) == 1 else math.fsum(values) / len(values)
             losses[i] = mean
             counts[i] += len(values)
-            highest = max(highest, mean)
+            if mean > highest:
+                highest = mean
         header[NUM_UPDATES] += 1
-        recentre = self.beta * (highest - centre) > RECENTRE_EXPONENT
-        if not recentre and self.num_samples > 1:
+        recentre = beta * (highest - centre) > RECENTRE_EXPONENT
+        if not recentre and n > 1:
             for leaf in fresh_by_volume:
-                self._ascend(leaf, losses, tree, centre)
+                # recompute the internal nodes on the path from the leaf to the root (sums of
+                # the children, not increments: no round-off drift however long training runs)
+                k = (leaf + n) >> 1
+                while k:
+                    a = k + k
+                    wa = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (losses[a - n] - centre)))
+                    a += 1
+                    wb = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (losses[a - n] - centre)))
+                    tree[k] = wa + wb
+                    k >>= 1
             recentre = not (tree[1] > _MIN_TOTAL)
         header[SEQUENCE] += 1
         if recentre:

@@ -1,0 +1,60 @@
+"""``nnunet_dro make-synthetic``: a seeded synthetic cohort with hidden stratification."""
+from __future__ import annotations
+
+import argparse
+import time
+
+KINDS = ("fetal", "brats")
+DEFAULT_NAMES = {"fetal": "SyntheticFetal", "brats": "SyntheticBraTS"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "make-synthetic", help="write a synthetic stratified cohort as an nnU-Net raw dataset",
+        description="Generate a small, seeded cohort (train + held-out test with labelsTs) and "
+                    "its subgroups.tsv under $nnUNet_raw/DatasetXXX_NAME. fetal: T2-like fetal "
+                    "brains with FeTA labels, conditions control / spina_bifida / other "
+                    "(minorities rare in train, a third each in test). brats: 4-channel "
+                    "BraTS-like tumours, sites site_A / site_B / site_C (site_C rare in train).")
+    parser.add_argument("--kind", choices=KINDS, default="fetal",
+                        help="which cohort (default: fetal)")
+    parser.add_argument("-d", dest="dataset_id", type=int, required=True, metavar="DATASET_ID",
+                        help="nnU-Net dataset ID (1-999) of the output")
+    parser.add_argument("-n", "--name", default=None,
+                        help="dataset name after the ID (default: SyntheticFetal / "
+                             "SyntheticBraTS)")
+    parser.add_argument("--n-train", type=int, default=40, help="training cases (default 40)")
+    parser.add_argument("--n-test", type=int, default=30, help="test cases (default 30)")
+    parser.add_argument("--size", type=int, default=32,
+                        help="voxels per side of each cubic volume (default 32)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--train-mix", metavar="GROUP=FRACTION,...",
+                        help="group shares in training, e.g. control=0.8,spina_bifida=0.12,"
+                             "other=0.08 (fetal default) or site_A=0.55,site_B=0.4,site_C=0.05 "
+                             "(brats default); normalised to sum to 1")
+    parser.add_argument("--test-mix", metavar="GROUP=FRACTION,...",
+                        help="group shares in test (default: equal shares)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing dataset folder of the same ID and name")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nnunet_dro.data import synthetic_brats, synthetic_fetal
+    from nnunet_dro.data.synthetic_common import parse_fractions
+
+    module, groups = ((synthetic_fetal, synthetic_fetal.CONDITIONS) if args.kind == "fetal"
+                      else (synthetic_brats, synthetic_brats.SITES))
+    make = module.make_fetal_dataset if args.kind == "fetal" else module.make_brats_dataset
+    train_mix = (parse_fractions(args.train_mix, groups) if args.train_mix
+                 else module.DEFAULT_TRAIN_FRACTIONS)
+    test_mix = (parse_fractions(args.test_mix, groups) if args.test_mix
+                else module.DEFAULT_TEST_FRACTIONS)
+    started = time.perf_counter()
+    target = make(args.dataset_id, args.name or DEFAULT_NAMES[args.kind], n_train=args.n_train,
+                  n_test=args.n_test, size=args.size, seed=args.seed, train_fractions=train_mix,
+                  test_fractions=test_mix, overwrite=args.overwrite,
+                  progress=lambda message: print(message, flush=True))
+    print(f"wrote {target} ({args.n_train} train, {args.n_test} test, {args.size}^3, "
+          f"seed {args.seed}) in {time.perf_counter() - started:.1f} s")
+    return 0

@@ -1,0 +1,474 @@
+"""``evaluate(...)``: stratified robustness evaluation of one or more prediction folders.
+
+This is what ``nnunet_dro evaluate`` runs. It lists the cases, reads every reference and
+prediction file once in a process pool (one confusion table per case and method, see
+:mod:`nnunet_dro.evaluation.metrics`), scores every region, stratifies by subgroup, computes the
+statistics and paired comparisons, and writes the report folder atomically.
+
+Example (Python)::
+
+    from nnunet_dro.evaluation import evaluate
+    result = evaluate("labelsTs", {"ERM": "pred_erm", "DRO": "pred_dro"}, "report",
+                      groups="subgroups.tsv", group_by=["condition"], regions="feta")
+    result.summary.query("group == 'spina_bifida' and region == 'cerebellum'")[["method", "p10"]]
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from nnunet_dro.errors import UserError
+from nnunet_dro.evaluation import reports
+from nnunet_dro.evaluation.groups import ALL, GroupAssignment, assign_groups
+from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
+from nnunet_dro.evaluation.metrics import (EMPTY_POLICIES, METRICS, CaseResult, CaseTask, dice_percent,
+                                           evaluate_case, hd95_empty_value, region_counts,
+                                           volume_similarity_percent)
+from nnunet_dro.evaluation.regions import Region, RegionSpec, default_regions, parse_regions
+from nnunet_dro.evaluation.stats import (bootstrap_percentile_difference, holm, paired_wilcoxon,
+                                         percentile_column, summarize)
+
+MISSING_POLICIES = ("error", "worst", "skip")
+EMPTY_POLICY_TEXT = {
+    "one": "a region empty in both reference and prediction scores Dice 100 and VS 100, HD95 0 mm "
+           "(--empty one, BraTS convention)",
+    "nan": "a region empty in both reference and prediction is left out of the statistics "
+           "(--empty nan, nnU-Net's convention)",
+}
+MISSING_POLICY_TEXT = {
+    "error": "every reference case must have a prediction (--missing error)",
+    "worst": "a missing prediction scores Dice 0, VS 0 and the worst HD95 (--missing worst)",
+    "skip": "a case without prediction is left out for that method (--missing skip)",
+}
+HD95_TEXT = ("HD95 in mm: max of the two directed 95th percentiles of surface distances; with exactly one side "
+             "empty (or a missing prediction under --missing worst) it is the image diagonal in mm")
+
+
+def default_num_processes() -> int:
+    """nnU-Net's default: ``nnUNet_def_n_proc`` or 8."""
+    return int(os.environ.get("nnUNet_def_n_proc", 8))
+
+
+@dataclass
+class EvaluationResult:
+    """Everything that was written: per-case scores, summary statistics, comparisons, settings."""
+
+    per_case: pd.DataFrame
+    summary: pd.DataFrame
+    comparison: pd.DataFrame | None
+    settings: dict
+    cases: dict
+    regions: list[Region]
+    group_columns: list[str] = field(default_factory=list)
+    output_folder: str | None = None
+
+
+@dataclass
+class _Method:
+    name: str
+    source: str
+    kind: str  # "folder" or "summary"
+    files: dict[str, str] | None = None
+    summary: dict[str, dict[frozenset[int], SummaryCounts]] | None = None
+
+    @property
+    def cases(self) -> set[str]:
+        return set(self.files if self.kind == "folder" else self.summary)
+
+
+def evaluate(reference: str, predictions: Mapping[str, str], output: str | None, *,
+             groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
+             regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
+             percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
+             num_processes: int | None = None, n_bootstrap: int = 0, progress: bool = True,
+             echo: Callable[[str], None] | None = None) -> EvaluationResult:
+    """Evaluate prediction folders (or nnU-Net summary.json files) against a reference folder.
+
+    ``predictions`` maps method names to folders (or summary.json files, Dice/VS only), in the
+    order methods are compared (the first is the reference method of ``comparison.csv``).
+    ``output`` is the report folder (``None``: compute only). Dice and VS are in percent, HD95 in
+    mm. Empty masks: see ``empty`` (``"one"``: both-empty region scores 100; ``"nan"``: left
+    out). Missing predictions: see ``missing``. Warnings go to ``echo`` (default: stderr).
+    """
+    warn = echo or (lambda text: print(text, file=sys.stderr))
+    metrics, percentiles = _check_options(predictions, metrics, percentiles, empty, missing, num_processes, group_by,
+                                          groups)
+    num_processes = default_num_processes() if num_processes is None else num_processes
+    spec = regions if isinstance(regions, RegionSpec) else parse_regions(regions)
+
+    ref_files = list_segmentations(reference, "reference folder", spec.file_ending)
+    cases = sorted(ref_files)
+    methods = [_load_method(name, path, metrics, spec.file_ending) for name, path in predictions.items()]
+    case_report = _check_missing(methods, ref_files, missing, warn)
+    assignment = assign_groups(groups, case_column, list(group_by) if group_by else None, cases) if groups else None
+    if assignment is not None:
+        _warn_group_report(assignment, groups, warn)
+
+    results = _read_cases(ref_files, methods, spec, "hd95" in metrics, num_processes, progress)
+    region_list = _resolve_regions(spec, results, methods)
+    _check_labels(spec, results, ref_files, methods)
+
+    per_case = _score_cases(cases, methods, results, region_list, metrics, empty, missing, assignment)
+    group_columns = assignment.column_names if assignment else []
+    group_orders = assignment.order if assignment else {}
+    summary = _summarize(per_case, methods, region_list, metrics, percentiles, group_columns, group_orders)
+    comparison = (_compare(per_case, methods, region_list, metrics, percentiles, group_columns, group_orders,
+                           n_bootstrap) if len(methods) > 1 else None)
+    policy_columns = {"empty_policy": empty, "missing_policy": missing}
+    for table in (per_case, summary, comparison):
+        if table is not None:
+            for column, value in policy_columns.items():
+                table[column] = value
+    if "note" in per_case:
+        per_case["note"] = per_case.pop("note")  # last column, after the policies
+
+    settings = _settings(reference, methods, spec, region_list, metrics, percentiles, empty, missing, groups,
+                         case_column, group_by, n_bootstrap, num_processes)
+    if assignment is not None:
+        case_report["groups"] = assignment.report()
+    result = EvaluationResult(per_case=per_case, summary=summary, comparison=comparison, settings=settings,
+                              cases=case_report, regions=region_list, group_columns=group_columns,
+                              output_folder=output)
+    if output is not None:
+        reports.write_report(output, result)
+    return result
+
+
+def _check_options(predictions, metrics, percentiles, empty, missing, num_processes, group_by, groups):
+    if not predictions:
+        raise UserError("give at least one prediction (-pred NAME=DIR)")
+    for name in predictions:
+        if not name or not name.strip():
+            raise UserError("empty method name in -pred (use NAME=DIR)")
+    metrics = list(dict.fromkeys(m.lower() for m in metrics))
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown or not metrics:
+        raise UserError(f"unknown metric {unknown[0] if unknown else ''!r} (choose from {', '.join(METRICS)})")
+    percentiles = [float(q) for q in percentiles]
+    for q in percentiles:
+        if not np.isfinite(q) or not 0 <= q <= 100:
+            raise UserError(f"--percentiles: {q:g} is not between 0 and 100")
+    percentiles = list(dict.fromkeys(percentiles))
+    if empty not in EMPTY_POLICIES:
+        raise UserError(f"--empty {empty!r}: choose one of {', '.join(EMPTY_POLICIES)}")
+    if missing not in MISSING_POLICIES:
+        raise UserError(f"--missing {missing!r}: choose one of {', '.join(MISSING_POLICIES)}")
+    if num_processes is not None and num_processes < 1:
+        raise UserError(f"-np {num_processes}: need at least 1 process")
+    if group_by and not groups:
+        raise UserError("--group-by needs a group table (-groups TABLE.csv|.tsv)")
+    return metrics, percentiles
+
+
+def _load_method(name: str, path: str, metrics: Sequence[str], file_ending: str | None) -> _Method:
+    if os.path.isfile(path):
+        if not path.lower().endswith(".json"):
+            raise UserError(f"-pred {name}={path}: expected a folder or an nnU-Net summary.json")
+        if "hd95" in metrics:
+            raise UserError(f"-pred {name}={path}: an nnU-Net summary.json has no HD95 (drop hd95 from --metrics "
+                            f"or give the prediction folder)")
+        return _Method(name, path, "summary", summary=load_nnunet_summary(path))
+    return _Method(name, path, "folder", files=list_segmentations(path, f"prediction folder of {name}", file_ending))
+
+
+def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: str, warn) -> dict:
+    report = {"reference_cases": len(ref_files), "methods": {}}
+    errors = []
+    for m in methods:
+        absent = sorted(set(ref_files) - m.cases)
+        extra = sorted(m.cases - set(ref_files))
+        report["methods"][m.name] = {"source": m.source, "missing_predictions": absent,
+                                     "predictions_without_reference": extra,
+                                     "evaluated_cases": len(ref_files) - (len(absent) if missing == "skip" else 0)}
+        if extra:
+            warn(f"note: {m.name}: {len(extra)} prediction(s) without reference ignored: {_short_list(extra)}")
+        if not absent:
+            continue
+        if missing == "error":
+            errors.append(f"{m.name} has no prediction for {len(absent)} case(s): {_short_list(absent)}")
+        elif missing == "worst":
+            warn(f"note: {m.name}: {len(absent)} missing prediction(s) scored worst (--missing worst): "
+                 f"{_short_list(absent)}")
+        else:
+            warn(f"note: {m.name}: {len(absent)} case(s) without prediction skipped (--missing skip): "
+                 f"{_short_list(absent)}")
+    if errors:
+        raise UserError("; ".join(errors) + " (use --missing worst or --missing skip to go on)")
+    return report
+
+
+def _warn_group_report(assignment: GroupAssignment, path: str, warn) -> None:
+    if assignment.cases_not_in_table:
+        warn(f"note: {len(assignment.cases_not_in_table)} case(s) missing from group table {path} count in "
+             f"'all' only: {_short_list(assignment.cases_not_in_table)}")
+    if assignment.rows_without_reference:
+        warn(f"note: {len(assignment.rows_without_reference)} row(s) of group table {path} have no reference "
+             f"file: {_short_list(assignment.rows_without_reference)}")
+    for column, without in assignment.cases_without_value.items():
+        warn(f"note: {len(without)} case(s) have no value in column {column!r}, counted in 'all' only: "
+             f"{_short_list(without)}")
+
+
+def _short_list(items: Sequence[str], limit: int = 8) -> str:
+    return ", ".join(items[:limit]) + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
+def _read_cases(ref_files, methods, spec: RegionSpec, compute_hd95: bool, num_processes: int,
+                progress: bool) -> dict[str, CaseResult]:
+    folder_methods = [m for m in methods if m.kind == "folder"]
+    if not folder_methods:
+        return {}  # summary.json input only: no image is read
+    hd95_regions = None if spec.regions is None else tuple(r.labels for r in spec.regions)
+    tasks = [CaseTask(case=case, reference=path,
+                      predictions=tuple((m.name, m.files[case]) for m in folder_methods if case in m.files),
+                      ignore_label=spec.ignore_label, compute_hd95=compute_hd95, hd95_regions=hd95_regions)
+             for case, path in sorted(ref_files.items())]
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(tasks), desc="Reading cases", unit="case", file=sys.stderr, disable=not progress,
+               leave=False)
+    results: dict[str, CaseResult] = {}
+    try:
+        workers = min(num_processes, len(tasks))
+        if workers <= 1:
+            for task in tasks:
+                results[task.case] = evaluate_case(task)
+                bar.update()
+        else:
+            # "spawn" like nnU-Net: safe whatever threads the parent runs; workers import only numpy,
+            # scipy and SimpleITK, so start-up is cheap.
+            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+                for result in pool.imap_unordered(evaluate_case, tasks, chunksize=1):
+                    results[result.case] = result
+                    bar.update()
+    finally:
+        bar.close()
+    return results
+
+
+def _resolve_regions(spec: RegionSpec, results: dict[str, CaseResult], methods: list[_Method]) -> list[Region]:
+    if spec.regions is not None:
+        return list(spec.regions)
+    if results:
+        found = set()
+        for r in results.values():
+            found |= _reference_labels(r)
+        regions = default_regions(found)
+        if not regions:
+            raise UserError("the reference folder has no foreground label in any case; give the regions with -regions")
+        return list(regions)
+    # summary.json input only: the labels/regions nnU-Net evaluated, in the first method's order
+    first = next(iter(methods[0].summary.values()))
+    return [Region("+".join(str(v) for v in sorted(key)), tuple(sorted(key))) for key in first if 0 not in key]
+
+
+def _reference_labels(result: CaseResult) -> set[int]:
+    return set(result.reference_labels)
+
+
+def _check_labels(spec: RegionSpec, results: dict[str, CaseResult], ref_files: dict[str, str],
+                  methods: list[_Method]) -> None:
+    """Every label value must be declared (preset/dataset.json) or, for default and inline regions,
+    be background, a label named in -regions, or a label found in the references."""
+    if spec.declared_labels is not None:
+        declared, how = set(spec.declared_labels), f"declared by {spec.source}"
+    else:
+        declared = {0} | set(spec.extra_labels)
+        for r in results.values():
+            declared |= _reference_labels(r)
+        how = "found in the reference folder" + (" or named in -regions" if spec.extra_labels else "")
+    if spec.ignore_label is not None:
+        declared.add(spec.ignore_label)
+    files = {m.name: m.files for m in methods if m.kind == "folder"}
+    for case in sorted(results):
+        in_ref = set(results[case].reference_labels)
+        if in_ref - declared:
+            raise UserError(f"case {case!r}: label value {min(in_ref - declared)} in {ref_files[case]} is "
+                            f"not among the labels {how} {sorted(declared)}")
+        for name, r in results[case].methods.items():
+            in_pred = {int(v) for v, n in zip(r.labels, r.table.sum(axis=0)) if n > 0}
+            if in_pred - declared:
+                raise UserError(f"case {case!r}: label value {min(in_pred - declared)} in {files[name][case]} "
+                                f"(method {name}) is not among the labels {how} {sorted(declared)}")
+
+
+def _score_cases(cases, methods, results, regions, metrics, empty, missing, assignment) -> pd.DataFrame:
+    rows = []
+    for m in methods:
+        for case in cases:
+            present = case in m.cases
+            if not present and missing == "skip":
+                continue
+            for region in regions:
+                for metric, value, note in _case_scores(m, case, present, region, metrics, empty, results):
+                    rows.append((m.name, case, region.name, metric, value, note))
+    per_case = pd.DataFrame(rows, columns=["method", "case", "region", "metric", "value", "note"])
+    if assignment is not None:
+        position = 5
+        for column in assignment.column_names:
+            per_case.insert(position, column, per_case["case"].map(assignment.labels[column]))
+            position += 1
+    return per_case
+
+
+def _case_scores(m: _Method, case: str, present: bool, region: Region, metrics, empty, results):
+    geometry = results[case].geometry if case in results else None
+    if not present:  # --missing worst
+        note = "prediction missing: scored worst (--missing worst)"
+        for metric in metrics:
+            yield metric, (geometry.diagonal_mm if metric == "hd95" else 0.0), note
+        return
+    if m.kind == "summary":
+        yield from _summary_scores(m, case, region, metrics, empty)
+        return
+    r = results[case].methods[m.name]
+    n_ref, n_pred, tp = region_counts(r.labels, r.table, region.labels)
+    both_empty = n_ref + n_pred == 0
+    note = _empty_note(empty) if both_empty else ""
+    for metric in metrics:
+        if metric == "dice":
+            value = dice_percent(n_ref, n_pred, tp, empty)
+        elif metric == "vs":
+            value = volume_similarity_percent(n_ref, n_pred, empty)
+        else:
+            value = hd95_empty_value(n_ref, n_pred, geometry, empty)
+            if value is None:
+                value = r.hd95[region.labels]
+            elif not both_empty:
+                note = "one side empty: HD95 scored as the image diagonal"
+        yield metric, value, note
+
+
+def _empty_note(empty: str) -> str:
+    return ("empty in reference and prediction: scored 100 (--empty one)" if empty == "one"
+            else "empty in reference and prediction: left out (--empty nan)")
+
+
+def _summary_scores(m: _Method, case: str, region: Region, metrics, empty):
+    entry = m.summary[case].get(frozenset(region.labels))
+    if entry is None:
+        keys = ", ".join("+".join(str(v) for v in sorted(k)) for k in m.summary[case])
+        raise UserError(f"{m.source}: case {case!r} has no result for region {region.name} "
+                        f"(labels {'+'.join(map(str, region.labels))}); it has: {keys}")
+    both_empty = np.isnan(entry.dice)  # nnU-Net's Dice is NaN exactly when TP + FP + FN == 0
+    note = _empty_note(empty) if both_empty else ""
+    for metric in metrics:
+        if metric == "dice":
+            value = (100.0 if empty == "one" else float("nan")) if both_empty else 100.0 * entry.dice
+        else:  # vs, from nnU-Net's voxel counts
+            if entry.n_ref is None or entry.n_pred is None:
+                raise UserError(f"{m.source}: no n_ref/n_pred voxel counts, cannot compute vs")
+            value = volume_similarity_percent(int(entry.n_ref), int(entry.n_pred), empty)
+        yield metric, value, note
+
+
+def _groupings(group_columns, group_orders):
+    """(group_column, group, case filter column or None) in display order, 'all' first."""
+    yield ALL, ALL, None
+    for column in group_columns:
+        for group in group_orders[column]:
+            yield column, group, column
+
+
+def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, group_orders) -> pd.DataFrame:
+    rows = []
+    indexed = {key: frame for key, frame in per_case.groupby(["metric", "method", "region"], sort=False)}
+    for metric in metrics:
+        for group_column, group, column in _groupings(group_columns, group_orders):
+            for m in methods:
+                for region in regions:
+                    frame = indexed.get((metric, m.name, region.name))
+                    if frame is not None and column is not None:
+                        frame = frame[frame[column] == group]
+                    values = frame["value"].to_numpy(float) if frame is not None else np.array([])
+                    rows.append({"method": m.name, "group_column": group_column, "group": group,
+                                 "region": region.name, "metric": metric, **summarize(values, percentiles)})
+    columns = ["method", "group_column", "group", "region", "metric", "n", "mean", "std", "median", "iqr"] + \
+        [percentile_column(q) for q in percentiles]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _compare(per_case, methods, regions, metrics, percentiles, group_columns, group_orders,
+             n_bootstrap) -> pd.DataFrame:
+    """Paired comparison of each method against the first, per group, region and metric.
+
+    Holm's adjustment runs over all comparisons of the same metric (every method, group and region).
+    """
+    base = methods[0].name
+    rows = []
+    for metric in metrics:
+        family_start = len(rows)
+        for group_column, group, column in _groupings(group_columns, group_orders):
+            frame = per_case[per_case["metric"] == metric]
+            if column is not None:
+                frame = frame[frame[column] == group]
+            for region in regions:
+                wide = frame[frame["region"] == region.name].pivot(index="case", columns="method", values="value")
+                for m in methods[1:]:
+                    if m.name in wide and base in wide:
+                        a, b = wide[m.name].to_numpy(float), wide[base].to_numpy(float)
+                    else:
+                        a = b = np.array([])
+                    keep = ~(np.isnan(a) | np.isnan(b))
+                    row = {"method": m.name, "reference_method": base, "group_column": group_column,
+                           "group": group, "region": region.name, "metric": metric, "n_pairs": int(keep.sum()),
+                           "mean_difference": float(np.mean(a[keep] - b[keep])) if keep.any() else np.nan,
+                           "wilcoxon_p": paired_wilcoxon(a, b), "holm_p": np.nan}
+                    for q in percentiles:
+                        row[f"{percentile_column(q)}_difference"] = (
+                            float(np.percentile(a[keep], q) - np.percentile(b[keep], q)) if keep.any() else np.nan)
+                    if n_bootstrap > 0:
+                        intervals = bootstrap_percentile_difference(a, b, percentiles, n_bootstrap)
+                        for q, (low, high) in intervals.items():
+                            row[f"{percentile_column(q)}_difference_ci_low"] = low
+                            row[f"{percentile_column(q)}_difference_ci_high"] = high
+                    rows.append(row)
+        adjusted = holm([r["wilcoxon_p"] for r in rows[family_start:]])
+        for r, p in zip(rows[family_start:], adjusted):
+            r["holm_p"] = p
+    return pd.DataFrame(rows)
+
+
+def _settings(reference, methods, spec, regions, metrics, percentiles, empty, missing, groups, case_column,
+              group_by, n_bootstrap, num_processes) -> dict:
+    import importlib.metadata as md
+
+    def version(package):
+        try:
+            return md.version(package)
+        except md.PackageNotFoundError:
+            return None
+
+    return {
+        "reference": os.path.abspath(reference),
+        "predictions": {m.name: os.path.abspath(m.source) for m in methods},
+        "prediction_kinds": {m.name: m.kind for m in methods},
+        "regions": {r.name: list(r.labels) for r in regions},
+        "region_spec": spec.as_json(),
+        "metrics": list(metrics),
+        "units": {"dice": "percent (0-100)", "vs": "percent (0-100)", "hd95": "mm"},
+        "percentiles": list(percentiles),
+        "empty_policy": empty,
+        "empty_policy_text": EMPTY_POLICY_TEXT[empty],
+        "missing_policy": missing,
+        "missing_policy_text": MISSING_POLICY_TEXT[missing],
+        "hd95": HD95_TEXT,
+        "statistics": {"percentiles": "numpy.percentile, linear interpolation (numpy default)",
+                       "iqr": "p75 - p25", "std": "sample standard deviation (ddof=1)",
+                       "nan": "NaN scores (--empty nan) are left out; n counts the values used",
+                       "comparison": "mean paired difference (method - reference_method) on cases scored by "
+                                     "both; two-sided Wilcoxon signed-rank test (scipy); Holm adjustment over "
+                                     "all comparisons of the same metric"},
+        "group_table": os.path.abspath(groups) if groups else None,
+        "case_column": case_column,
+        "group_by": list(group_by) if group_by else None,
+        "n_bootstrap": n_bootstrap,
+        "num_processes": num_processes,
+        "versions": {p: version(p) for p in ("nnunet_dro", "nnunetv2", "numpy", "scipy", "pandas", "SimpleITK")},
+    }

@@ -1,0 +1,203 @@
+"""Subgroup table: which group each case belongs to, per stratification column.
+
+The table (``-groups``, ``.csv`` or ``.tsv``) has one row per case: a case column (``--case-column``,
+default ``case``; values are nnU-Net case identifiers, a file ending such as ``.nii.gz`` is
+stripped) and any number of group columns. ``--group-by`` names the columns to stratify by, each
+on its own. A numeric column can be binned with ``COLUMN:EDGES``:
+
+- ``gestational_age:19,25,30,35,41`` -> bins ``[19,25)``, ``[25,30)``, ``[30,35)``, ``[35,41)``;
+  values below the first edge go to ``<19``, values at or above the last to ``>=41``.
+
+Every result also has the group ``all`` (group column ``all``). Cases absent from the table, or
+with an empty cell in a group column, count in ``all`` only; they and table rows without a
+reference file are reported.
+
+>>> parse_group_by(["condition", "gestational_age:19,25,30"])
+[GroupColumn(column='condition', edges=None), GroupColumn(column='gestational_age', edges=(19.0, 25.0, 30.0))]
+>>> GroupColumn("ga", (19.0, 25.0)).bin_label(24.9), GroupColumn("ga", (19.0, 25.0)).bin_label(25)
+('[19,25)', '>=25')
+"""
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nnunet_dro.errors import UserError
+from nnunet_dro.evaluation.io import split_case_id
+
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class GroupColumn:
+    """A stratification column, optionally binned at ``edges`` (left-closed bins)."""
+
+    column: str
+    edges: tuple[float, ...] | None = None
+
+    def bin_label(self, value: float) -> str:
+        edges = self.edges
+        if value < edges[0]:
+            return f"<{edges[0]:g}"
+        if value >= edges[-1]:
+            return f">={edges[-1]:g}"
+        i = int(np.searchsorted(edges, value, side="right")) - 1
+        return f"[{edges[i]:g},{edges[i + 1]:g})"
+
+    def bin_order(self) -> list[str]:
+        edges = self.edges
+        return ([f"<{edges[0]:g}"] + [f"[{a:g},{b:g})" for a, b in zip(edges[:-1], edges[1:])]
+                + [f">={edges[-1]:g}"])
+
+
+def parse_group_by(items: list[str] | None, table_columns: list[str] | None = None) -> list[GroupColumn]:
+    """Parse ``--group-by`` values (``COL`` or ``COL:e1,e2,...``). A column whose real name contains
+    ``:`` is taken as is when ``table_columns`` lists it."""
+    result = []
+    for item in items or []:
+        if table_columns is not None and item in table_columns or ":" not in item:
+            result.append(GroupColumn(item))
+            continue
+        column, _, edges_text = item.rpartition(":")
+        try:
+            edges = tuple(float(e) for e in edges_text.split(","))
+        except ValueError:
+            raise UserError(f"--group-by {item!r}: bin edges must be numbers, e.g. {column}:19,25,30,35,41") from None
+        if len(edges) < 2 or any(b <= a for a, b in zip(edges[:-1], edges[1:])) or not np.all(np.isfinite(edges)):
+            raise UserError(f"--group-by {item!r}: give at least two finite, increasing bin edges")
+        result.append(GroupColumn(column, edges))
+    names = [g.column for g in result]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UserError(f"--group-by: column {duplicates[0]!r} given twice")
+    return result
+
+
+@dataclass
+class GroupAssignment:
+    """Group label of every case per stratification column (``None``: not in any group)."""
+
+    columns: list[GroupColumn]
+    labels: dict[str, dict[str, str | None]]  # column -> case -> group label
+    order: dict[str, list[str]]  # column -> group labels in display order
+    cases_not_in_table: list[str] = field(default_factory=list)
+    rows_without_reference: list[str] = field(default_factory=list)
+    cases_without_value: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def column_names(self) -> list[str]:
+        return [g.column for g in self.columns]
+
+    def report(self) -> dict:
+        return {"cases_not_in_group_table": self.cases_not_in_table,
+                "group_table_rows_without_reference": self.rows_without_reference,
+                "cases_without_group_value": self.cases_without_value}
+
+
+def read_group_table(path: str, case_column: str) -> pd.DataFrame:
+    """Read the table (all cells as text), checking the case column and duplicate rows."""
+    if not os.path.isfile(path):
+        raise UserError(f"group table not found: {path}")
+    lower = path.lower()
+    if lower.endswith((".tsv", ".tab")):
+        sep = "\t"
+    elif lower.endswith(".csv"):
+        sep = ","
+    else:
+        raise UserError(f"group table {path}: expected a .csv or .tsv file")
+    # The csv module, not pandas: pandas silently turns extra fields into an index.
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            rows = [(number, row) for number, row in enumerate(csv.reader(f, delimiter=sep), start=1)
+                    if any(cell.strip() for cell in row)]
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UserError(f"malformed group table {path}: {e}") from None
+    if not rows:
+        raise UserError(f"group table {path} is empty")
+    header = [cell.strip() for cell in rows[0][1]]
+    for number, row in rows[1:]:
+        if len(row) != len(header):
+            raise UserError(f"malformed group table {path}: line {number} has {len(row)} fields, the header has "
+                            f"{len(header)}")
+    if len(set(header)) != len(header) or "" in header:
+        raise UserError(f"malformed group table {path}: empty or repeated column names in the header")
+    table = pd.DataFrame([[cell.strip() for cell in row] for _, row in rows[1:]], columns=header, dtype=str)
+    table = table.replace("", np.nan)
+    line_numbers = [number for number, _ in rows[1:]]
+    if case_column not in table.columns:
+        raise UserError(f"group table {path}: no case column {case_column!r} (columns: "
+                        f"{', '.join(table.columns)}; use --case-column, or check the separator)")
+    if table.empty:
+        raise UserError(f"group table {path} has no rows")
+    cases = table[case_column].fillna("").str.strip()
+    if (cases == "").any():
+        line = line_numbers[int(np.flatnonzero((cases == "").to_numpy())[0])]
+        raise UserError(f"group table {path}: empty case identifier on line {line}")
+    cases = cases.map(lambda c: split_case_id(c)[0] if split_case_id(c) else c)
+    duplicated = sorted(set(cases[cases.duplicated()]))
+    if duplicated:
+        raise UserError(f"group table {path}: duplicate rows for case(s) {', '.join(duplicated[:5])}"
+                        f"{' ...' if len(duplicated) > 5 else ''}")
+    table[case_column] = cases
+    return table.set_index(case_column, drop=False)
+
+
+def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases: list[str]) -> GroupAssignment:
+    """Group label per case and column for the evaluated ``cases``.
+
+    Without ``--group-by`` every column except the case column is used as a categorical group.
+    """
+    table = read_group_table(path, case_column)
+    other_columns = [c for c in table.columns if c != case_column]
+    columns = parse_group_by(group_by, list(table.columns)) if group_by else [GroupColumn(c) for c in other_columns]
+    if not columns:
+        raise UserError(f"group table {path}: no group column besides {case_column!r}")
+    for g in columns:
+        if g.column not in table.columns or g.column == case_column:
+            raise UserError(f"group table {path}: no group column {g.column!r} (columns: {', '.join(other_columns)})")
+        if g.column == ALL:
+            raise UserError(f"group table {path}: a group column cannot be named {ALL!r} (reserved)")
+    known = set(table.index)
+    evaluated = set(cases)
+    labels: dict[str, dict[str, str | None]] = {}
+    order: dict[str, list[str]] = {}
+    without_value: dict[str, list[str]] = {}
+    for g in columns:
+        per_case: dict[str, str | None] = {}
+        for case in cases:
+            raw = table.at[case, g.column] if case in known else None
+            if raw is None or (isinstance(raw, float) and np.isnan(raw)) or str(raw).strip() == "":
+                if case in known:
+                    without_value.setdefault(g.column, []).append(case)
+                per_case[case] = None
+                continue
+            raw = str(raw).strip()
+            if g.edges is None:
+                per_case[case] = raw
+                continue
+            try:
+                value = float(raw)
+            except ValueError:
+                raise UserError(f"group table {path}: column {g.column!r} is binned but case {case!r} has "
+                                f"the non-numeric value {raw!r}") from None
+            if not np.isfinite(value):
+                raise UserError(f"group table {path}: case {case!r} has the value {raw!r} in column {g.column!r}")
+            per_case[case] = g.bin_label(value)
+        present = {v for v in per_case.values() if v is not None}
+        order[g.column] = ([b for b in g.bin_order() if b in present] if g.edges is not None
+                           else sorted(present, key=_natural_key))
+        labels[g.column] = per_case
+    return GroupAssignment(columns=columns, labels=labels, order=order,
+                           cases_not_in_table=sorted(evaluated - known),
+                           rows_without_reference=sorted(known - evaluated),
+                           cases_without_value=without_value)
+
+
+def _natural_key(text: str):
+    # "case2" before "case10"; numbers before words.
+    import re
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t.lower()) for t in re.split(r"(\d+)", text) if t]

@@ -1,0 +1,216 @@
+"""Finding and reading segmentation files; geometry checks; nnU-Net summary.json input.
+
+Files are matched by nnU-Net case identifier: the file name without its ending
+(``BraTS19_001.nii.gz`` -> ``BraTS19_001``). NIfTI, NRRD, MHA and GIPL files are read with
+SimpleITK directly (one read, integer labels kept as integers, geometry included); PNG/BMP/TIFF go
+through nnU-Net's own reader classes.
+
+>>> split_case_id("case_001.nii.gz")
+('case_001', '.nii.gz')
+>>> split_case_id("dataset.json") is None
+True
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import SimpleITK as sitk
+
+from nnunet_dro.errors import UserError
+
+SITK_ENDINGS = (".nii.gz", ".nii", ".nrrd", ".mha", ".gipl")
+NNUNET_READER_ENDINGS = (".png", ".bmp", ".tif", ".tiff")
+SEGMENTATION_ENDINGS = SITK_ENDINGS + NNUNET_READER_ENDINGS
+
+# Geometry tolerance (mm for spacing/origin, unitless for direction cosines): resampling and
+# file-format round trips change these in the 5th-6th digit, real mismatches are far larger.
+SPACING_ORIGIN_ATOL = 1e-3
+DIRECTION_ATOL = 1e-3
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Image grid in numpy array axis order (SimpleITK's x, y, z reversed); spacing in mm.
+
+    ``origin`` and ``direction`` are in SimpleITK order and ``None`` for formats without them.
+    """
+
+    shape: tuple[int, ...]
+    spacing: tuple[float, ...]
+    origin: tuple[float, ...] | None = None
+    direction: tuple[float, ...] | None = None
+
+    @property
+    def diagonal_mm(self) -> float:
+        """Length of the image's diagonal in mm: the worst value HD95 can take on this grid."""
+        return float(math.sqrt(sum((n * s) ** 2 for n, s in zip(self.shape, self.spacing))))
+
+
+def split_case_id(filename: str) -> tuple[str, str] | None:
+    """``(case identifier, ending)`` for a segmentation file name, ``None`` for other files."""
+    lower = filename.lower()
+    if filename.startswith("."):
+        return None
+    for ending in SEGMENTATION_ENDINGS:  # ".nii.gz" is tested before ".nii" (order matters)
+        if lower.endswith(ending) and len(filename) > len(ending):
+            return filename[: -len(ending)], filename[-len(ending):]
+    return None
+
+
+def list_segmentations(folder: str, what: str, file_ending: str | None = None) -> dict[str, str]:
+    """Map case identifier -> path for the segmentation files in ``folder``.
+
+    Other files (summary.json, plans, .npz/.pkl probabilities) are ignored. ``what`` names the
+    folder in error messages (e.g. ``"reference folder"``).
+    """
+    if not os.path.exists(folder):
+        raise UserError(f"{what} does not exist: {folder}")
+    if not os.path.isdir(folder):
+        raise UserError(f"{what} is not a folder: {folder}")
+    cases: dict[str, str] = {}
+    for name in sorted(os.listdir(folder)):
+        split = split_case_id(name)
+        if split is None or (file_ending is not None and split[1].lower() != file_ending.lower()):
+            continue
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        case = split[0]
+        if case in cases:
+            raise UserError(f"{what} {folder}: case {case!r} has two files "
+                            f"({os.path.basename(cases[case])}, {name})")
+        cases[case] = path
+    if not cases:
+        endings = file_ending or ", ".join(SEGMENTATION_ENDINGS)
+        raise UserError(f"{what} {folder} contains no segmentation files ({endings})")
+    return cases
+
+
+def _as_integer_labels(array: np.ndarray, path: str) -> np.ndarray:
+    """Label maps must hold non-negative integers; floats are accepted if they are whole numbers."""
+    if array.dtype.kind == "b":
+        return array.astype(np.uint8)
+    if array.dtype.kind == "f":
+        if not np.all(np.isfinite(array)) or not np.array_equal(array, np.round(array)):
+            raise UserError(f"{path}: not a label map (non-integer values)")
+        low, high = (array.min(), array.max()) if array.size else (0, 0)
+        dtype = np.uint8 if low >= 0 and high < 256 else np.int64
+        array = array.astype(dtype)
+    elif array.dtype.kind not in "iu":
+        raise UserError(f"{path}: not a label map (pixel type {array.dtype})")
+    if array.dtype.kind == "i" and array.size and array.min() < 0:
+        raise UserError(f"{path}: negative label value {int(array.min())}")
+    return array
+
+
+def read_segmentation(path: str) -> tuple[np.ndarray, Geometry]:
+    """Read one label map: ``(integer array in numpy axis order, Geometry)``.
+
+    Unreadable or corrupt files raise UserError naming the file.
+    """
+    if path.lower().endswith(SITK_ENDINGS):
+        try:
+            image = sitk.ReadImage(path)
+        except RuntimeError as e:
+            first = next((line.strip() for line in str(e).splitlines() if "ERROR" in line or "rror" in line),
+                         str(e).strip().splitlines()[-1] if str(e).strip() else "unknown error")
+            raise UserError(f"cannot read {path}: {first}") from None
+        if image.GetNumberOfComponentsPerPixel() != 1:
+            raise UserError(f"{path}: not a label map ({image.GetNumberOfComponentsPerPixel()} components per voxel)")
+        array = sitk.GetArrayFromImage(image)
+        geometry = Geometry(shape=tuple(array.shape), spacing=tuple(float(s) for s in image.GetSpacing()[::-1]),
+                            origin=tuple(image.GetOrigin()), direction=tuple(image.GetDirection()))
+        return _as_integer_labels(array, path), geometry
+    return _read_with_nnunet_reader(path)
+
+
+def _read_with_nnunet_reader(path: str) -> tuple[np.ndarray, Geometry]:
+    # Imported here: only 2D/TIFF datasets need it.
+    from nnunetv2.imageio.reader_writer_registry import determine_reader_writer_from_file_ending
+
+    ending = split_case_id(os.path.basename(path))[1]
+    try:
+        reader = determine_reader_writer_from_file_ending(ending, path, allow_nonmatching_filename=True,
+                                                          verbose=False)()
+        array, properties = reader.read_seg(path)
+    except Exception as e:  # nnU-Net's readers raise anything from RuntimeError to AssertionError
+        raise UserError(f"cannot read {path}: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}") from None
+    array = array[0]
+    if array.ndim == 3 and array.shape[0] == 1:  # nnU-Net's 2D images are (1, x, y) with a dummy spacing
+        array = array[0]
+        spacing = tuple(float(s) for s in properties["spacing"][1:])
+    else:
+        spacing = tuple(float(s) for s in properties["spacing"])
+    return _as_integer_labels(array, path), Geometry(shape=tuple(array.shape), spacing=spacing)
+
+
+def check_same_geometry(case: str, reference: Geometry, prediction: Geometry, method: str) -> None:
+    """Reference and prediction must share the grid; a mismatch raises UserError naming the case."""
+    where = f"case {case!r} (method {method})"
+    if reference.shape != prediction.shape:
+        raise UserError(f"{where}: shape mismatch, reference {reference.shape} vs prediction {prediction.shape}")
+    if not np.allclose(reference.spacing, prediction.spacing, rtol=0, atol=SPACING_ORIGIN_ATOL):
+        raise UserError(f"{where}: spacing mismatch, reference {_fmt(reference.spacing)} "
+                        f"vs prediction {_fmt(prediction.spacing)}")
+    if reference.origin is not None and prediction.origin is not None and \
+            not np.allclose(reference.origin, prediction.origin, rtol=0, atol=SPACING_ORIGIN_ATOL):
+        raise UserError(f"{where}: origin mismatch, reference {_fmt(reference.origin)} "
+                        f"vs prediction {_fmt(prediction.origin)}")
+    if reference.direction is not None and prediction.direction is not None and \
+            not np.allclose(reference.direction, prediction.direction, rtol=0, atol=DIRECTION_ATOL):
+        raise UserError(f"{where}: direction mismatch, reference {_fmt(reference.direction)} "
+                        f"vs prediction {_fmt(prediction.direction)}")
+
+
+def _fmt(values) -> str:
+    return "(" + ", ".join(f"{v:g}" for v in values) + ")"
+
+
+@dataclass(frozen=True)
+class SummaryCounts:
+    """One region of one case in an nnU-Net summary.json: Dice as a fraction (NaN when both sides are
+    empty, nnU-Net's convention) and voxel counts when present."""
+
+    dice: float
+    n_ref: float | None = None
+    n_pred: float | None = None
+
+
+def _region_key(key: str) -> frozenset[int]:
+    # nnU-Net writes a label as "1" and a region as "(1, 2, 3)" (label_or_region_to_key).
+    return frozenset(int(v) for v in key.replace("(", "").replace(")", "").split(",") if v.strip())
+
+
+def load_nnunet_summary(path: str) -> dict[str, dict[frozenset[int], SummaryCounts]]:
+    """Per-case Dice from a summary.json written by ``nnUNetv2_evaluate_folder`` or at the end of
+    ``nnUNetv2_train`` (validation). Cases are named by their reference file's identifier."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read nnU-Net summary {path}: {e}") from None
+    per_case = content.get("metric_per_case") if isinstance(content, dict) else None
+    if not isinstance(per_case, list) or not per_case:
+        raise UserError(f"{path}: not an nnU-Net summary.json (no 'metric_per_case' list)")
+    result: dict[str, dict[frozenset[int], SummaryCounts]] = {}
+    for i, entry in enumerate(per_case):
+        try:
+            file = entry.get("reference_file") or entry["prediction_file"]
+            split = split_case_id(os.path.basename(file))
+            case = split[0] if split else os.path.basename(file)
+            regions = {}
+            for key, metrics in entry["metrics"].items():
+                dice = metrics["Dice"]
+                regions[_region_key(key)] = SummaryCounts(
+                    dice=float("nan") if dice is None else float(dice),
+                    n_ref=metrics.get("n_ref"), n_pred=metrics.get("n_pred"))
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise UserError(f"{path}: malformed entry {i} in 'metric_per_case'") from None
+        if case in result:
+            raise UserError(f"{path}: case {case!r} appears twice")
+        result[case] = regions
+    return result

@@ -1,0 +1,169 @@
+"""Regions to evaluate: each region is a union of label values.
+
+A region spec comes from ``-regions``:
+
+- a preset name: ``feta``, ``brats``, ``brats-nnunet`` (see :data:`PRESETS`);
+- a path to an nnU-Net ``dataset.json`` (its labels, or its regions for region-based datasets);
+- an inline list ``"NAME=l1,l2;NAME=l3"``;
+- nothing: every foreground label found in the reference folder (decided after reading).
+
+The spec also says which label values are *declared*: a reference or prediction voxel with any
+other value is an error (it usually means the wrong label convention or a corrupt file).
+
+>>> spec = parse_regions("brats")
+>>> [(r.name, r.labels) for r in spec.regions]
+[('ET', (4,)), ('TC', (1, 4)), ('WT', (1, 2, 4))]
+>>> sorted(spec.declared_labels)
+[0, 1, 2, 4]
+>>> [(r.name, r.labels) for r in parse_regions("WM=3;CSF=4").regions]
+[('WM', (3,)), ('CSF', (4,))]
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from nnunet_dro.errors import UserError
+
+
+@dataclass(frozen=True)
+class Region:
+    """A named union of label values, e.g. ``Region("TC", (1, 4))``."""
+
+    name: str
+    labels: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RegionSpec:
+    """What ``-regions`` resolved to.
+
+    ``regions`` is ``None`` for the default (every foreground label found in the references).
+    ``declared_labels`` is ``None`` when the allowed values are decided from the data (default and
+    inline specs: background, the labels named, and every value present in the references).
+    ``ignore_label`` (from a dataset.json) marks reference voxels left out of every metric, as in
+    nnU-Net.
+    """
+
+    source: str
+    regions: tuple[Region, ...] | None = None
+    declared_labels: frozenset[int] | None = None
+    ignore_label: int | None = None
+    file_ending: str | None = None
+    extra_labels: frozenset[int] = field(default_factory=frozenset)
+
+    def as_json(self) -> dict:
+        return {"source": self.source,
+                "regions": None if self.regions is None else {r.name: list(r.labels) for r in self.regions},
+                "declared_labels": None if self.declared_labels is None else sorted(self.declared_labels),
+                "ignore_label": self.ignore_label}
+
+
+# FeTA labels: 1 external CSF, 2 grey matter, 3 white matter, 4 ventricles (intra-axial CSF),
+# 5 cerebellum, 6 deep grey matter, 7 brainstem. The paper reports the three regions below.
+PRESETS: dict[str, RegionSpec] = {
+    "feta": RegionSpec(
+        source="preset feta",
+        regions=(Region("white_matter", (3,)), Region("intra_axial_csf", (4,)), Region("cerebellum", (5,))),
+        declared_labels=frozenset(range(8))),
+    # Legacy BraTS labels: 1 necrosis / non-enhancing tumour, 2 oedema, 4 enhancing tumour.
+    "brats": RegionSpec(
+        source="preset brats",
+        regions=(Region("ET", (4,)), Region("TC", (1, 4)), Region("WT", (1, 2, 4))),
+        declared_labels=frozenset({0, 1, 2, 4})),
+    # nnU-Net's conversion of BraTS (Dataset137): 1 oedema, 2 non-enhancing/necrosis, 3 enhancing.
+    "brats-nnunet": RegionSpec(
+        source="preset brats-nnunet",
+        regions=(Region("ET", (3,)), Region("TC", (2, 3)), Region("WT", (1, 2, 3))),
+        declared_labels=frozenset({0, 1, 2, 3})),
+}
+
+
+def _as_label_tuple(value, where: str) -> tuple[int, ...]:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    try:
+        labels = tuple(sorted({int(v) for v in values}))
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: label values must be integers, got {value!r}") from None
+    if any(v < 0 for v in labels):
+        raise UserError(f"{where}: label values must be >= 0, got {value!r}")
+    return labels
+
+
+def regions_from_dataset_json(path: str) -> RegionSpec:
+    """Regions of an nnU-Net dataset.json: its regions if region-based, else each foreground label.
+
+    The ``background`` (0) and ``ignore`` entries are not regions; ``ignore`` voxels of the
+    reference are left out of every metric, as nnU-Net does.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read dataset.json {path}: {e}") from None
+    labels = content.get("labels") if isinstance(content, dict) else None
+    if not isinstance(labels, dict) or not labels:
+        raise UserError(f"{path}: no 'labels' dictionary, is this an nnU-Net dataset.json?")
+    regions, declared, ignore = [], {0}, None
+    for name, value in labels.items():
+        label_tuple = _as_label_tuple(value, f"{path}: label {name!r}")
+        declared.update(label_tuple)
+        if name == "ignore":
+            ignore = label_tuple[0]
+        elif label_tuple != (0,):
+            regions.append(Region(str(name), tuple(v for v in label_tuple if v != 0)))
+    if not regions:
+        raise UserError(f"{path}: no foreground labels")
+    ending = content.get("file_ending")
+    return RegionSpec(source=f"dataset.json {os.path.abspath(path)}", regions=tuple(regions),
+                      declared_labels=frozenset(declared), ignore_label=ignore,
+                      file_ending=ending if isinstance(ending, str) else None)
+
+
+def parse_inline_regions(text: str) -> RegionSpec:
+    """Parse ``"NAME=l1,l2;NAME=l3"``.
+
+    >>> [(r.name, r.labels) for r in parse_inline_regions("TC=1,4; WT=1,2,4").regions]
+    [('TC', (1, 4)), ('WT', (1, 2, 4))]
+    """
+    regions: list[Region] = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        name, sep, values = part.partition("=")
+        name = name.strip()
+        if not sep or not name or not values.strip():
+            raise UserError(f"malformed region {part!r} in -regions {text!r} (expected NAME=l1,l2;NAME=l3)")
+        labels = _as_label_tuple([v for v in values.split(",") if v.strip()], f"-regions region {name!r}")
+        if 0 in labels:
+            raise UserError(f"-regions region {name!r}: background (0) cannot be part of a region")
+        if any(r.name == name for r in regions):
+            raise UserError(f"-regions: region name {name!r} given twice")
+        regions.append(Region(name, labels))
+    if not regions:
+        raise UserError(f"-regions {text!r}: no region given")
+    named = frozenset(v for r in regions for v in r.labels)
+    return RegionSpec(source=f"inline {text}", regions=tuple(regions), extra_labels=named)
+
+
+def parse_regions(spec: str | None) -> RegionSpec:
+    """Resolve the ``-regions`` value (see the module docstring); bad values raise UserError."""
+    if spec is None or spec == "":
+        return RegionSpec(source="default: each foreground label found in the references")
+    if spec in PRESETS:
+        return PRESETS[spec]
+    if "=" in spec:
+        return parse_inline_regions(spec)
+    if spec.endswith(".json") or os.path.isfile(spec):
+        if not os.path.isfile(spec):
+            raise UserError(f"-regions: dataset.json not found: {spec}")
+        return regions_from_dataset_json(spec)
+    raise UserError(f"unknown region preset {spec!r} (choose {', '.join(PRESETS)}, a dataset.json path "
+                    f"or 'NAME=l1,l2;NAME=l3')")
+
+
+def default_regions(labels: Iterable[int]) -> tuple[Region, ...]:
+    """One region per foreground label, named by its value."""
+    return tuple(Region(str(v), (int(v),)) for v in sorted(set(labels)) if v != 0)

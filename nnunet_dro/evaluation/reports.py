@@ -1,0 +1,263 @@
+"""Report writers: CSV, JSON, Markdown, LaTeX and box plots, written atomically.
+
+Files in the report folder:
+
+- ``per_case.csv``: ``method, case, region, metric, value``, the group columns, the policies and a
+  ``note`` for scores set by a policy (both sides empty, missing prediction);
+- ``summary.csv`` / ``summary.json``: the statistics (``summary.json`` adds settings and case
+  bookkeeping);
+- ``table.md`` / ``table.tex``: paper-style tables (group, method, region rows; statistics
+  columns), best value per group and region in bold when several methods are compared;
+- ``boxplots_<metric>.png``: one panel per region, boxes per group and method;
+- ``comparison.csv`` (two or more methods): paired differences, Wilcoxon and Holm p-values.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from nnunet_dro.atomic import atomic_path
+from nnunet_dro.errors import UserError
+from nnunet_dro.evaluation.groups import ALL
+from nnunet_dro.evaluation.stats import percentile_column
+
+if TYPE_CHECKING:
+    from nnunet_dro.evaluation.api import EvaluationResult
+
+METRIC_TITLES = {"dice": "Dice (%)", "vs": "Volume similarity (%)", "hd95": "HD95 (mm)"}
+LOWER_IS_BETTER_METRICS = {"hd95"}
+SPREAD_COLUMNS = {"std", "iqr"}  # lower is better whatever the metric
+OUR_FILES = ("per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv")
+
+
+def write_report(output: str | os.PathLike, result: "EvaluationResult") -> None:
+    """Write every report file into ``output``; nothing is left behind if any step fails.
+
+    A new folder is built beside ``output`` and renamed into place. An existing folder is kept
+    (it may hold other files): the report is built in a hidden temporary folder inside it, then
+    each file is renamed into place, and stale report files of an earlier run (a
+    ``comparison.csv`` or box plot this run does not produce) are removed.
+    """
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise UserError(f"-o {output}: exists and is not a folder")
+    if not output.exists():
+        with atomic_path(output) as tmp:
+            tmp.mkdir()
+            _write_all(tmp, result)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix=".nnunet_dro_evaluate.", dir=output))
+    try:
+        _write_all(tmp, result)
+        produced = {p.name for p in tmp.iterdir()}
+        for old in list(output.glob("boxplots_*.png")) + [output / name for name in OUR_FILES]:
+            if old.is_file() and old.name not in produced:
+                old.unlink()
+        for name in sorted(produced):
+            os.replace(tmp / name, output / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_all(folder: Path, result: "EvaluationResult") -> None:
+    result.per_case.to_csv(folder / "per_case.csv", index=False)
+    result.summary.to_csv(folder / "summary.csv", index=False)
+    if result.comparison is not None:
+        result.comparison.to_csv(folder / "comparison.csv", index=False)
+    (folder / "summary.json").write_text(summary_json(result), encoding="utf-8")
+    (folder / "table.md").write_text(markdown_tables(result), encoding="utf-8")
+    (folder / "table.tex").write_text(latex_tables(result), encoding="utf-8")
+    for metric in result.settings["metrics"]:
+        write_boxplots(folder / f"boxplots_{metric}.png", result, metric)
+
+
+def _records(frame: pd.DataFrame | None) -> list[dict] | None:
+    if frame is None:
+        return None
+    # NaN is not JSON: write null (statistics of groups without values, p-values without pairs)
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+            for row in frame.to_dict(orient="records")]
+
+
+def summary_json(result: "EvaluationResult") -> str:
+    content = {"settings": result.settings, "cases": result.cases, "summary": _records(result.summary),
+               "comparison": _records(result.comparison)}
+    return json.dumps(content, indent=2, allow_nan=False, default=_json_default) + "\n"
+
+
+def _json_default(value):
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return None if np.isnan(value) else float(value)
+    raise TypeError(type(value))
+
+
+def policy_line(result: "EvaluationResult") -> str:
+    s = result.settings
+    return f"Empty masks: {s['empty_policy_text']}. Missing predictions: {s['missing_policy_text']}."
+
+
+def _stat_columns(result: "EvaluationResult") -> list[str]:
+    return ["n", "mean", "std", "median", "iqr"] + [percentile_column(q) for q in result.settings["percentiles"]]
+
+
+def _format(value, metric: str, column: str) -> str:
+    if column == "n":
+        return str(int(value))
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.2f}" if metric == "hd95" else f"{value:.1f}"
+
+
+def _table_blocks(result: "EvaluationResult"):
+    """(metric, group_column, rows) with rows = [(group, method, region, {column: (text, bold)})]."""
+    columns = _stat_columns(result)
+    several_methods = result.summary["method"].nunique() > 1
+    for metric in result.settings["metrics"]:
+        for group_column, block in result.summary[result.summary["metric"] == metric].groupby(
+                "group_column", sort=False):
+            texts = {idx: {c: _format(row[c], metric, c) for c in columns} for idx, row in block.iterrows()}
+            bold = {idx: set() for idx in block.index}
+            if several_methods:
+                for _, comparison in block.groupby(["group", "region"], sort=False):
+                    for c in columns[1:]:
+                        shown = {idx: texts[idx][c] for idx in comparison.index if texts[idx][c] != "n/a"}
+                        if len(shown) < 2:
+                            continue
+                        lower = c in SPREAD_COLUMNS or metric in LOWER_IS_BETTER_METRICS
+                        numbers = {idx: float(t) for idx, t in shown.items()}
+                        best = min(numbers.values()) if lower else max(numbers.values())
+                        bold_here = [idx for idx, v in numbers.items() if v == best]
+                        if len(bold_here) < len(numbers):  # all equal: nothing stands out
+                            for idx in bold_here:
+                                bold[idx].add(c)
+            rows = [(row["group"], row["method"], row["region"], {c: (texts[idx][c], c in bold[idx]) for c in columns})
+                    for idx, row in block.iterrows()]
+            yield metric, group_column, rows
+
+
+def _title(metric: str, group_column: str) -> str:
+    return f"{METRIC_TITLES[metric]}, {'all cases' if group_column == ALL else 'by ' + group_column}"
+
+
+def markdown_tables(result: "EvaluationResult", metrics: list[str] | None = None) -> str:
+    """Paper-style Markdown tables, one per metric and group column."""
+    columns = _stat_columns(result)
+    lines = ["# Robustness evaluation (nnunet_dro evaluate)", "",
+             policy_line(result) + " Percentiles: numpy linear interpolation; iqr = p75 - p25; "
+                                   "best value per group and region in bold.", ""]
+    for metric, group_column, rows in _table_blocks(result):
+        if metrics is not None and metric not in metrics:
+            continue
+        lines += [f"## {_title(metric, group_column)}", "",
+                  "| group | method | region | " + " | ".join(columns) + " |",
+                  "|---|---|---|" + "---:|" * len(columns)]
+        for group, method, region, cells in rows:
+            shown = [f"**{t}**" if b else t for t, b in (cells[c] for c in columns)]
+            lines.append(f"| {group} | {method} | {region} | " + " | ".join(shown) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def terminal_table(result: "EvaluationResult") -> str:
+    """The main table for the terminal: the first metric, every grouping."""
+    return markdown_tables(result, metrics=[result.settings["metrics"][0]]).rstrip() + "\n"
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                  "<": r"\textless{}", ">": r"\textgreater{}", "[": "{[}", "]": "{]}"}
+
+
+def latex_escape(text: str) -> str:
+    """Escape text for a LaTeX table cell (``[`` is braced: after ``\\\\`` it would start an option).
+
+    >>> latex_escape("[19,25) spina_bifida")
+    '{[}19,25) spina\\\\_bifida'
+    """
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def latex_tables(result: "EvaluationResult") -> str:
+    """Paper-style LaTeX tables (booktabs), one per metric and group column."""
+    columns = _stat_columns(result)
+    out = ["% nnunet_dro evaluate: needs \\usepackage{booktabs}",
+           "% " + policy_line(result), ""]
+    for metric, group_column, rows in _table_blocks(result):
+        out += ["\\begin{table}[ht]", "\\centering",
+                f"\\caption{{{latex_escape(_title(metric, group_column))}. {latex_escape(policy_line(result))}}}",
+                "\\begin{tabular}{lll" + "r" * len(columns) + "}", "\\toprule",
+                "Group & Method & Region & " + " & ".join(latex_escape(c) for c in columns) + " \\\\", "\\midrule"]
+        previous_group = None
+        for group, method, region, cells in rows:
+            if previous_group is not None and group != previous_group:
+                out.append("\\midrule")
+            previous_group = group
+            shown = [f"\\textbf{{{t}}}" if b else t for t, b in (cells[c] for c in columns)]
+            out.append(" & ".join([latex_escape(group), latex_escape(method), latex_escape(region)] + shown) + " \\\\")
+        out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    return "\n".join(out)
+
+
+def write_boxplots(path: Path, result: "EvaluationResult", metric: str) -> None:
+    """One panel per region; along x the groups ('all' first), one box per method in each group."""
+    # The object-oriented API with the Agg canvas: no pyplot, no global backend switch.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    per_case = result.per_case[result.per_case["metric"] == metric]
+    methods = list(result.settings["predictions"])
+    groupings = [(ALL, ALL)] + [(c, g) for c in result.group_columns
+                                for g in result.summary.loc[result.summary["group_column"] == c, "group"].unique()]
+    regions = [r.name for r in result.regions]
+    width = max(4.0, 0.5 + 0.45 * len(groupings) * max(len(methods), 1))
+    figure = Figure(figsize=(width * len(regions) if len(regions) < 4 else width * 3,
+                             3.6 * math.ceil(len(regions) / 3) if len(regions) > 3 else 3.6), layout="constrained")
+    FigureCanvasAgg(figure)
+    ncols = min(len(regions), 3)
+    colours = [f"C{i}" for i in range(len(methods))]
+    box_width = 0.8 / max(len(methods), 1)
+    for k, region in enumerate(regions):
+        axis = figure.add_subplot(math.ceil(len(regions) / ncols), ncols, k + 1)
+        data = per_case[per_case["region"] == region]
+        for i, method in enumerate(methods):
+            values, positions = [], []
+            for x, (column, group) in enumerate(groupings):
+                selected = data[data["method"] == method]
+                if column != ALL:
+                    selected = selected[selected[column] == group]
+                v = selected["value"].to_numpy(float)
+                v = v[~np.isnan(v)]
+                if v.size:
+                    values.append(v)
+                    positions.append(x - 0.4 + box_width * (i + 0.5))
+            if values:
+                boxes = axis.boxplot(values, positions=positions, widths=box_width * 0.9, patch_artist=True,
+                                     showfliers=True, manage_ticks=False)
+                for patch in boxes["boxes"]:
+                    patch.set_facecolor(colours[i])
+                    patch.set_alpha(0.6)
+                for median in boxes["medians"]:
+                    median.set_color("black")
+        axis.set_xticks(range(len(groupings)))
+        axis.set_xticklabels([g if c == ALL else f"{c}={g}" for c, g in groupings], rotation=30, ha="right",
+                             fontsize=8)
+        axis.set_title(region)
+        axis.set_ylabel(METRIC_TITLES[metric])
+        axis.grid(axis="y", alpha=0.3)
+    if len(methods) > 1:
+        from matplotlib.patches import Patch
+        figure.legend(handles=[Patch(facecolor=c, alpha=0.6, label=m) for c, m in zip(colours, methods)],
+                      loc="outside upper right", fontsize=8)
+    figure.suptitle(f"{METRIC_TITLES[metric]} per case ({result.settings['empty_policy_text'].split(' (')[0]})",
+                    fontsize=9)
+    figure.savefig(path, dpi=110)

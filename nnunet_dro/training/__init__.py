@@ -1,0 +1,29 @@
+"""nnU-Net v2 trainers with hardness weighted sampling (distributionally robust training).
+
+>>> from nnunet_dro.training import nnUNetTrainerDRO
+>>> nnUNetTrainerDRO.dro_beta, nnUNetTrainerDRO.dro_importance_sampling, nnUNetTrainerDRO.dro_clip
+(100.0, True, (0.1, 10.0))
+
+Use them with nnU-Net's own commands::
+
+    export nnUNet_extTrainer=$(nnunet_dro trainer-dir)
+    nnUNetv2_train DATASET 3d_fullres 0 -tr nnUNetTrainerDRO
+"""
+from nnunet_dro.training.trainer import DRO_STATE_KEY, nnUNetTrainerConfigurableSGD, nnUNetTrainerDRO
+from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTrainerDRO_beta10,
+                                          nnUNetTrainerDRO_beta10_noIS, nnUNetTrainerDRO_beta1000,
+                                          nnUNetTrainerDRO_beta1000_noIS, nnUNetTrainerDRO_noIS,
+                                          nnUNetTrainerDRO_SGDnoMomentum)
+
+__all__ = [
+    "DRO_STATE_KEY",
+    "nnUNetTrainerConfigurableSGD",
+    "nnUNetTrainerDRO",
+    "nnUNetTrainerDRO_beta10",
+    "nnUNetTrainerDRO_beta1000",
+    "nnUNetTrainerDRO_noIS",
+    "nnUNetTrainerDRO_beta10_noIS",
+    "nnUNetTrainerDRO_beta1000_noIS",
+    "nnUNetTrainerDRO_SGDnoMomentum",
+    "nnUNetTrainer_SGDnoMomentum",
+]

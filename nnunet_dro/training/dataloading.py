@@ -1,0 +1,64 @@
+"""nnU-Net's training data loader, drawing its cases from the shared hardness weighted sampler.
+
+nnU-Net runs its data loader inside data-augmentation worker processes. The sampler handed to
+:class:`nnUNetDataLoaderDRO` keeps its stale losses in shared memory, so every worker draws from
+the distribution the main process has just updated (method.md, section 3: the reference code
+updated a copy in the main process that the workers never saw).
+
+Only *which cases* make up a batch changes: nnU-Net's foreground oversampling (decided per
+batch position), cropping and augmentation are untouched. The batch already carries the drawn
+case identifiers under ``'keys'``; the trainer maps them back to sampler indices.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple, Union
+
+import numpy as np
+
+from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
+from nnunetv2.training.dataloading.nnunet_dataset import nnUNetBaseDataset
+from nnunetv2.utilities.label_handling.label_handling import LabelManager
+
+from nnunet_dro.sampling import HardnessWeightedSampler
+
+
+class nnUNetDataLoaderDRO(nnUNetDataLoader):
+    """``nnUNetDataLoader`` whose cases are drawn i.i.d. with replacement from ``softmax(beta * L)``.
+
+    Args:
+        case_ids: the training case identifiers in sampler order (index ``i`` of the sampler is
+            ``case_ids[i]``); must be exactly the identifiers of ``data``.
+        sampler: a (shared) :class:`~nnunet_dro.sampling.HardnessWeightedSampler` over
+            ``len(case_ids)`` volumes.
+
+    The other arguments are nnU-Net's (``sampling_probabilities`` is not accepted: the sampler
+    decides).
+    """
+
+    def __init__(self,
+                 data: nnUNetBaseDataset,
+                 batch_size: int,
+                 patch_size: Union[List[int], Tuple[int, ...], np.ndarray],
+                 final_patch_size: Union[List[int], Tuple[int, ...], np.ndarray],
+                 label_manager: LabelManager,
+                 case_ids: Sequence[str],
+                 sampler: HardnessWeightedSampler,
+                 oversample_foreground_percent: float = 0.0,
+                 pad_sides: Union[List[int], Tuple[int, ...]] = None,
+                 probabilistic_oversampling: bool = False,
+                 transforms=None):
+        super().__init__(data, batch_size, patch_size, final_patch_size, label_manager,
+                         oversample_foreground_percent=oversample_foreground_percent,
+                         sampling_probabilities=None, pad_sides=pad_sides,
+                         probabilistic_oversampling=probabilistic_oversampling, transforms=transforms)
+        case_ids = [str(c) for c in case_ids]
+        if sorted(case_ids) != sorted(str(i) for i in data.identifiers):
+            raise ValueError("case_ids must be exactly the identifiers of the training dataset")
+        if sampler.num_samples != len(case_ids):
+            raise ValueError(f"sampler has {sampler.num_samples} volumes but there are {len(case_ids)} cases")
+        self.case_ids = np.array(case_ids)
+        self.sampler = sampler
+
+    def get_indices(self) -> np.ndarray:
+        """The case identifiers of the next batch, drawn from the sampler's current distribution."""
+        return self.case_ids[self.sampler.sample(self.batch_size)]

@@ -1,0 +1,51 @@
+"""Trainer variants named the nnU-Net way (hyper-parameters in the class name); attributes only.
+
+| trainer                          | sampling            | beta | importance sampling | optimiser            |
+|----------------------------------|---------------------|------|---------------------|----------------------|
+| nnUNetTrainerDRO                 | hardness weighted   | 100  | on, clip [0.1, 10]  | SGD Nesterov 0.99    |
+| nnUNetTrainerDRO_beta10          | hardness weighted   | 10   | on                  | SGD Nesterov 0.99    |
+| nnUNetTrainerDRO_beta1000        | hardness weighted   | 1000 | on                  | SGD Nesterov 0.99    |
+| nnUNetTrainerDRO_noIS            | hardness weighted   | 100  | off                 | SGD Nesterov 0.99    |
+| nnUNetTrainerDRO_beta10_noIS     | hardness weighted   | 10   | off                 | SGD Nesterov 0.99    |
+| nnUNetTrainerDRO_beta1000_noIS   | hardness weighted   | 1000 | off                 | SGD Nesterov 0.99    |
+| nnUNetTrainerDRO_SGDnoMomentum   | hardness weighted   | 100  | on                  | SGD, no momentum     |
+| nnUNetTrainer_SGDnoMomentum      | uniform (ERM)       | -    | -                   | SGD, no momentum     |
+
+Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's
+arguments by name for checkpoints, so subclasses must not define ``__init__(*args, **kwargs)``.
+"""
+from nnunet_dro.training.trainer import nnUNetTrainerConfigurableSGD, nnUNetTrainerDRO
+
+
+class nnUNetTrainerDRO_beta10(nnUNetTrainerDRO):
+    dro_beta = 10.0
+
+
+class nnUNetTrainerDRO_beta1000(nnUNetTrainerDRO):
+    dro_beta = 1000.0
+
+
+class nnUNetTrainerDRO_noIS(nnUNetTrainerDRO):
+    dro_importance_sampling = False
+
+
+class nnUNetTrainerDRO_beta10_noIS(nnUNetTrainerDRO):
+    dro_beta = 10.0
+    dro_importance_sampling = False
+
+
+class nnUNetTrainerDRO_beta1000_noIS(nnUNetTrainerDRO):
+    dro_beta = 1000.0
+    dro_importance_sampling = False
+
+
+class nnUNetTrainerDRO_SGDnoMomentum(nnUNetTrainerDRO):
+    """The paper's plain-SGD comparison (Table 3), with nnU-Net's learning rate and schedule."""
+    sgd_momentum = 0.0
+    sgd_nesterov = False
+
+
+class nnUNetTrainer_SGDnoMomentum(nnUNetTrainerConfigurableSGD):
+    """ERM baseline for nnUNetTrainerDRO_SGDnoMomentum: nnU-Net's trainer with plain SGD."""
+    sgd_momentum = 0.0
+    sgd_nesterov = False

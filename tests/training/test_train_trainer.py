@@ -1,0 +1,149 @@
+"""nnUNetTrainerDRO in-process: workers follow the shared sampler, train_step updates it, the
+checkpoint carries 'dro_state' and restores it before the loaders start."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from batchgenerators.dataloading.nondet_multi_threaded_augmenter import NonDetMultiThreadedAugmenter
+from batchgenerators.utilities.file_and_folder_operations import load_json
+
+from nnunet_dro.sampling import HardnessWeightedSampler
+from nnunet_dro.training import DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS
+from nnunet_dro.training.trainer import importance_weights_torch
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+
+
+def make_trainer(ds, monkeypatch, n_proc_da: int, cls=nnUNetTrainerDRO):
+    for key in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results", "nnUNet_compile", "nnUNet_def_n_proc"):
+        monkeypatch.setenv(key, ds.env[key])
+    monkeypatch.setenv("nnUNet_n_proc_DA", str(n_proc_da))
+    folder = ds.preprocessed / ds.folder_name
+    plans = load_json(str(folder / "nnUNetPlans.json"))
+    plans["continue_training"] = False
+    trainer = cls(plans, "3d_fullres", 0, load_json(str(folder / "dataset.json")), device=torch.device("cpu"))
+    trainer.initialize()
+    return trainer
+
+
+def shut_down(trainer):
+    for loader in (trainer.dataloader_train, trainer.dataloader_val):
+        if isinstance(loader, NonDetMultiThreadedAugmenter):
+            loader._finish()
+    trainer._close_sampler()
+
+
+def test_importance_weights_on_device_match_the_sampler():
+    rng = np.random.default_rng(0)
+    with HardnessWeightedSampler(20, beta=100.0, init_loss=rng.uniform(0, 1, 20), seed=0) as s:
+        idx = s.sample(64)
+        fresh = np.array(s.losses)[idx] + rng.normal(0, 0.05, 64)
+        fresh[3] = np.nan
+        ours = importance_weights_torch(torch.tensor(fresh, dtype=torch.float32),
+                                        torch.tensor(np.array(s.losses)[idx], dtype=torch.float32), 100.0, (0.1, 10.0))
+        np.testing.assert_allclose(ours.numpy(), s.importance_weights(idx, fresh), rtol=1e-4)
+        assert ours.min() >= 0.1 - 1e-6 and ours.max() <= 10 + 1e-5  # clipped on both sides
+        assert (ours == 10).any() or np.isclose(ours.numpy(), 10).any()
+
+
+def test_workers_follow_the_main_process_sampler(label_dataset, monkeypatch):
+    """Skew the stale losses in the main process; the real DA worker processes must deliver the
+    hard case only (after the batches that were already buffered)."""
+    trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=2)
+    dl_tr, _ = trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
+    try:
+        assert isinstance(dl_tr, NonDetMultiThreadedAugmenter) and dl_tr.num_processes == 2
+        s = trainer.dro_sampler
+        n = s.num_samples
+        # batches drawn before an update: both queues, one in the hand-over thread, one per worker
+        buffered = 2 * dl_tr.num_cached + 1 + dl_tr.num_processes
+        for hard in (0, n - 1):
+            losses = np.zeros(n)
+            losses[hard] = 1.0  # beta 100: p(hard) = 1 - (n-1) e^-100
+            s.update(np.arange(n), losses)
+            for _ in range(buffered):
+                next(dl_tr)
+            delivered = [str(k) for _ in range(8) for k in next(dl_tr)["keys"]]
+            assert delivered == [trainer.dro_case_ids[hard]] * len(delivered)
+    finally:
+        shut_down(trainer)
+
+
+@pytest.mark.parametrize("cls", [nnUNetTrainerDRO, nnUNetTrainerDRO_noIS], ids=["IS", "noIS"])
+def test_train_step_updates_the_stale_losses_of_the_drawn_cases(label_dataset, monkeypatch, cls):
+    trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=cls)
+    trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
+    try:
+        s = trainer.dro_sampler
+        before = np.array(s.losses)
+        trainer.network.train()
+        trainer.on_train_epoch_start()
+        batch = next(trainer.dataloader_train)
+        idx = trainer._batch_indices(batch["keys"])
+        out = trainer.train_step(batch)
+        after = np.array(s.losses)
+        untouched = np.setdiff1d(np.arange(s.num_samples), idx)
+        np.testing.assert_array_equal(after[untouched], before[untouched])
+        assert np.all(after[idx] != before[idx]) and np.all(np.isfinite(after[idx]))
+        assert s.draw_counts.sum() == len(idx)
+        if len(set(idx.tolist())) in (1, len(idx)):
+            assert math.isclose(float(out["loss"]), float(after[idx].mean()), rel_tol=1e-9)
+        if cls.dro_importance_sampling:
+            assert trainer._dro_epoch_num_weights == len(idx)
+            # the initial stale loss lies far above a fresh loss: beta*(l - L) << log 0.1, clipped
+            assert trainer._dro_epoch_num_clipped == len(idx)
+        else:
+            assert trainer._dro_epoch_num_weights == 0
+    finally:
+        shut_down(trainer)
+
+
+def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(label_dataset, monkeypatch, tmp_path):
+    trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0)
+    trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
+    original_save, original_load = torch.save, torch.load
+    try:
+        s = trainer.dro_sampler
+        rng = np.random.default_rng(1)
+        s.update(np.arange(s.num_samples), rng.uniform(-1, 0, s.num_samples))
+        s.update([0, 0, 1], [0.1, 0.3, -0.2])
+        trainer._dro_history["epoch"].append(0)  # a recorded epoch survives the round trip
+        for k in trainer._dro_history:
+            if k != "epoch":
+                trainer._dro_history[k].append(0.5)
+        path = tmp_path / "checkpoint_latest.pth"
+        trainer.save_checkpoint(str(path))
+        assert torch.save is original_save
+        saved = torch.load(str(path), weights_only=False)
+        assert {"network_weights", "optimizer_state", "current_epoch", DRO_STATE_KEY} <= set(saved)
+        state = saved[DRO_STATE_KEY]
+        np.testing.assert_array_equal(state["sampler"]["losses"], np.array(s.losses))
+        assert state["case_ids"] == trainer.dro_case_ids
+        expected_losses, expected_counts = np.array(s.losses), np.array(s.draw_counts)
+    finally:
+        shut_down(trainer)
+
+    resumed = make_trainer(label_dataset, monkeypatch, n_proc_da=0)
+    resumed.load_checkpoint(str(path))  # as nnUNetv2_train --c: before on_train_start
+    assert torch.load is original_load
+    assert resumed.dro_sampler is None and resumed._dro_pending_state is not None
+    resumed.dataloader_train, resumed.dataloader_val = resumed.get_dataloaders()
+    try:
+        np.testing.assert_array_equal(np.array(resumed.dro_sampler.losses), expected_losses)
+        np.testing.assert_array_equal(np.array(resumed.dro_sampler.draw_counts), expected_counts)
+        assert resumed._dro_history["epoch"] == [0]
+        assert resumed.current_epoch == 1
+    finally:
+        shut_down(resumed)
+
+    # a checkpoint whose cases differ from the fold's: a clear error, not a silent mix-up
+    saved[DRO_STATE_KEY]["case_ids"] = ["other"] * len(saved[DRO_STATE_KEY]["case_ids"])
+    torch.save(saved, str(path))
+    wrong = make_trainer(label_dataset, monkeypatch, n_proc_da=0)
+    wrong.load_checkpoint(str(path))
+    with pytest.raises(RuntimeError, match="differ from"):
+        wrong.get_dataloaders()
+    wrong._close_sampler()

@@ -32,15 +32,18 @@ def test_worker_draws_follow_the_parents_update(method):
         go, results = ctx.Event(), ctx.Queue()
         worker = ctx.Process(target=_draw_after_signal, args=(s, go, results))
         worker.start()  # the worker holds a copy made *before* the update
-        s.update(np.arange(N), np.where(np.arange(N) == 2, 1.0, 0.0))  # volume 2 gets e^10 more
+        s.update(np.arange(N), np.where(np.arange(N) == 2, 0.1, 0.0))  # p_2: 1/8 -> e/(7+e)
         go.set()
         counts = np.array(results.get(timeout=120))
         worker.join(timeout=60)
         assert worker.exitcode == 0
         expected = s.probabilities() * DRAWS
-    assert expected[2] / DRAWS > 0.99
-    assert stats.chisquare(np.r_[counts[2], DRAWS - counts[2]],
-                           np.r_[expected[2], DRAWS - expected[2]]).pvalue > 1e-3
+    # every cell expects > 1400 draws: the chi-square approximation is sound. The worker's
+    # stream depends on its pid, hence a strict threshold rather than a fixed outcome.
+    assert expected[2] / DRAWS == pytest.approx(np.e / (7 + np.e))
+    assert stats.chisquare(counts, expected).pvalue > 1e-4
+    stale = np.full(N, DRAWS / N)  # what a worker that never saw the update would draw
+    assert stats.chisquare(counts, stale).pvalue < 1e-12
 
 
 def _hammer_draws(sampler, stop, results):

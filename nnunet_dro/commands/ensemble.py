@@ -1,0 +1,80 @@
+"""``nnunet_dro ensemble``: fold ensembles, ERM+DRO ensembles and their evaluation in one go.
+
+Example (the paper's workflow, after training 5 folds of each trainer)::
+
+    nnunet_dro ensemble -d 990 -i $nnUNet_raw/Dataset990_FeTA/imagesTs -o ens \\
+        -tr ERM=nnUNetTrainer DRO=nnUNetTrainerDRO --combine ERM+DRO \\
+        -ref $nnUNet_raw/Dataset990_FeTA/labelsTs -groups $nnUNet_raw/Dataset990_FeTA/subgroups.tsv \\
+        --group-by condition -regions feta
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "ensemble", help="predict fold ensembles of trainers, ensemble across trainers, evaluate",
+        description="Predict IMAGES with the folds of each trainer (nnUNetv2_predict averages the folds' "
+                    "probabilities), optionally average trainers (nnUNetv2_ensemble; probabilities are saved "
+                    "for you), and evaluate all members and ensembles with `nnunet_dro evaluate` if -ref is "
+                    "given. Uses $nnUNet_results and adds this package's trainers to nnUNet_extTrainer.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-d", dest="dataset_id", type=int, required=True, metavar="DATASET_ID",
+                        help="nnU-Net dataset ID")
+    parser.add_argument("-i", dest="images", required=True, metavar="IMAGES",
+                        help="folder of images to predict (nnU-Net naming, e.g. imagesTs)")
+    parser.add_argument("-o", dest="output", required=True, metavar="OUT",
+                        help="output folder (predictions/ and evaluation/ inside)")
+    parser.add_argument("-tr", dest="trainers", nargs="+", required=True, metavar="NAME=TRAINER",
+                        help="trainers to predict with, as NAME=TRAINER (or just TRAINER). The first is the "
+                             "reference of the paired comparison")
+    parser.add_argument("-c", dest="configuration", default="3d_fullres", help="configuration. Default: 3d_fullres")
+    parser.add_argument("-p", dest="plans", default="nnUNetPlans", help="plans identifier. Default: nnUNetPlans")
+    parser.add_argument("-f", dest="folds", nargs="+", default=["0", "1", "2", "3", "4"],
+                        help="folds to ensemble. Default: 0 1 2 3 4")
+    parser.add_argument("--combine", nargs="+", default=[], metavar="A+B",
+                        help="cross-trainer ensembles to build, e.g. ERM+DRO")
+    parser.add_argument("--per-fold", action="store_true",
+                        help="also predict and evaluate every fold on its own")
+    parser.add_argument("-chk", dest="checkpoint", default="checkpoint_final.pth",
+                        help="checkpoint name. Default: checkpoint_final.pth")
+    parser.add_argument("-device", default="cuda", choices=["cuda", "cpu", "mps"],
+                        help="device for nnUNetv2_predict. Default: cuda")
+    parser.add_argument("-npp", type=int, default=3, help="nnUNetv2_predict preprocessing processes. Default: 3")
+    parser.add_argument("-nps", type=int, default=3, help="nnUNetv2_predict export processes. Default: 3")
+    parser.add_argument("-np", dest="num_processes", type=int, default=2,
+                        help="processes for nnUNetv2_ensemble and the evaluation. Default: 2")
+    evaluation = parser.add_argument_group("evaluation (as in `nnunet_dro evaluate`)")
+    evaluation.add_argument("-ref", default=None, metavar="GT_DIR", help="reference segmentations; enables evaluation")
+    evaluation.add_argument("-groups", default=None, metavar="TABLE", help="subgroup table (.csv or .tsv)")
+    evaluation.add_argument("--group-by", nargs="+", default=None, metavar="COL", help="columns to stratify by")
+    evaluation.add_argument("-regions", default=None, metavar="SPEC", help="feta | brats | brats-nnunet | ...")
+    evaluation.add_argument("--metrics", nargs="+", default=["dice"], choices=["dice", "hd95", "vs"])
+    evaluation.add_argument("--empty", default="one", choices=["one", "nan"])
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nnunet_dro.workflows.ensemble import parse_combinations, parse_members, run_ensemble
+    from nnunet_dro.workflows.nnunet_commands import nnunet_environment
+
+    members = parse_members(args.trainers)
+    combine = parse_combinations(args.combine, members)
+    evaluation = None
+    if args.ref:
+        evaluation = dict(reference=args.ref, groups=args.groups, group_by=args.group_by, regions=args.regions,
+                          metrics=args.metrics, empty=args.empty)
+    folders, result = run_ensemble(
+        nnunet_environment(), args.dataset_id, args.images, args.output, members,
+        configuration=args.configuration, plans=args.plans, folds=args.folds, combine=combine,
+        per_fold=args.per_fold, device=args.device, checkpoint=args.checkpoint, npp=args.npp, nps=args.nps,
+        num_processes=args.num_processes, evaluation=evaluation)
+    for name, folder in folders.items():
+        print(f"{name}: {folder}")
+    if result is not None:
+        from nnunet_dro.evaluation.reports import terminal_table
+
+        print(terminal_table(result))
+        print(f"Report written to {result.output_folder}")
+    return 0

@@ -1,0 +1,1 @@
+"""Workflows: thin compositions of nnU-Net's own CLIs and of the evaluation (ensembling, demo)."""

@@ -47,3 +47,37 @@ def effective_sample_size(p: ArrayLike) -> float:
     """``1 / sum(p^2)``: n for uniform sampling, 1 when all mass is on one volume."""
     p = np.asarray(p, dtype=np.float64)
     return float(1.0 / np.square(p).sum())
+
+
+def chi2_dro_probabilities(losses: ArrayLike, beta: float) -> NDArray[np.float64]:
+    """Maximiser of the Pearson chi-square DRO problem (paper 001, eq. 21, with its threshold):
+
+        p_i = max(0, 1 + beta * (L_i - lam)) / n,   lam such that sum(p) = 1
+
+    i.e. the maximiser of ``<q, L> - chi2(q || uniform) / (2 beta)`` over the simplex, where
+    ``chi2(q || u) = n * sum((q_i - 1/n)^2)``. If no volume is clipped, ``lam = mean(L)`` and
+    this is the paper's closed form. The threshold is solved exactly by sorting (O(n log n)).
+
+    >>> chi2_dro_probabilities([0.0, 0.0, 0.0], beta=10.0)
+    array([0.33333333, 0.33333333, 0.33333333])
+    >>> chi2_dro_probabilities([1.0, 0.0], beta=10.0)  # the easy volume is clipped to 0
+    array([1., 0.])
+    """
+    x = np.asarray(losses, dtype=np.float64)
+    n = x.size
+    order = np.sort(x)[::-1]
+    k = np.arange(1, n + 1)
+    # with the k largest losses active: lam_k = (sum_top_k + (k - n) / beta) / k; the active set
+    # is the largest k whose smallest member stays active: 1 + beta * (x_(k) - lam_k) > 0
+    lam = (np.cumsum(order) + (k - n) / beta) / k
+    active = 1.0 + beta * (order - lam) > 0
+    kk = int(np.flatnonzero(active)[-1]) + 1 if active.any() else 1
+    p = np.maximum(0.0, 1.0 + beta * (x - lam[kk - 1])) / n
+    return p / p.sum()  # removes the last rounding error
+
+
+def chi2_dro_objective(losses: ArrayLike, beta: float) -> float:
+    """``max_q <q, L> - chi2(q || uniform) / (2 beta)``, evaluated at its maximiser."""
+    x = np.asarray(losses, dtype=np.float64)
+    q = chi2_dro_probabilities(x, beta)
+    return float(q @ x - x.size * np.square(q - 1.0 / x.size).sum() / (2.0 * beta))

@@ -27,8 +27,10 @@ from typing import Any, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nnunet_dro.sampling.distributions import effective_sample_size, entropy, kl_dro_probabilities
-from nnunet_dro.sampling.storage import CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, SamplerStorage
+from nnunet_dro.sampling.distributions import (chi2_dro_probabilities, effective_sample_size, entropy,
+                                               kl_dro_probabilities)
+from nnunet_dro.sampling.storage import (CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, WARMUP,
+                                         SamplerStorage)
 
 # Re-centre when beta * (L - c) would exceed this (exp(300) ~ 2e130: sums of 1e7 of them stay
 # finite) or when the total weight falls below exp(-RECENTRE_EXPONENT) (underflow ahead).
@@ -39,6 +41,7 @@ _READ_RETRIES = 1000
 # Above this many distinct volumes in one update, an O(n) vectorised rebuild beats b ascents.
 _VECTORISED_UPDATE_ABOVE = 4096
 STATE_VERSION = 1
+DIVERGENCES = ("kl", "chi2")
 
 
 class HardnessWeightedSampler:
@@ -56,6 +59,14 @@ class HardnessWeightedSampler:
             never repeat each other's draws.
         shared: keep the state in shared memory so that copies in other processes (forked, or
             pickled to spawned ones) follow this object's updates.
+        divergence: ``"kl"`` (Algorithm 1: ``p = softmax(beta * L)``, O(log n) draws) or
+            ``"chi2"`` (paper 001's Pearson chi-square DRO: ``p_i = max(0, 1 + beta (L_i - lam))/n``
+            with the threshold ``lam`` solved exactly; O(n log n) per batch, fine for the
+            thousands of volumes of a segmentation dataset). For chi2 the importance weight is
+            the ratio ``(1 + beta (l - lam)) / (1 + beta (L_i - lam))``, clipped.
+        warmup: start with a uniform warm-up pass (paper 001): draws are uniform over the volumes
+            that have not yet received a loss, importance weights are 1, and hardness sampling
+            starts by itself (in every process) once each volume has a fresh loss.
 
     Duplicates in one batch: every occurrence gets its own importance weight (against the stale
     loss), and the stale loss becomes the *mean* of that volume's fresh losses in the batch.
@@ -76,8 +87,11 @@ class HardnessWeightedSampler:
 
     def __init__(self, num_samples: int, beta: float = 100.0, init_loss: float | ArrayLike = 1.0,
                  importance_sampling: bool = True, clip: tuple[float, float] = (0.1, 10.0),
-                 seed: int | None = None, shared: bool = False):
+                 seed: int | None = None, shared: bool = False, divergence: str = "kl",
+                 warmup: bool = False):
         num_samples = int(num_samples)
+        if divergence not in DIVERGENCES:
+            raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         if not (math.isfinite(beta) and beta > 0):
@@ -90,10 +104,12 @@ class HardnessWeightedSampler:
         self.importance_sampling = bool(importance_sampling)
         self.clip = (w_min, w_max)
         self.seed = seed
+        self.divergence = divergence
         self._storage = SamplerStorage(num_samples, shared=shared)
         self._rng = np.random.default_rng(seed)
         self._rng_pid = os.getpid()
         self._storage.losses[:] = self._initial_losses(init_loss)
+        self._storage.header_int[WARMUP] = int(bool(warmup))
         self._rebuild()
 
     # ------------------------------------------------------------------ construction helpers
@@ -151,6 +167,10 @@ class HardnessWeightedSampler:
         st = self._storage
         if self.num_samples == 1 or batch_size == 0:
             return np.zeros(batch_size, dtype=np.int64)
+        if st.mv_header[WARMUP]:
+            return self._sample_warmup(batch_size, rng)
+        if self.divergence == "chi2":
+            return rng.choice(self.num_samples, batch_size, p=self.probabilities())
         header, losses, tree, fheader = st.mv_header, st.mv_losses, st.mv_tree, st.mv_centre_view
         n, beta, exp = self.num_samples, self.beta, math.exp
         last_attempt = _READ_RETRIES - 1
@@ -177,6 +197,17 @@ class HardnessWeightedSampler:
                 break
         return np.array(drawn, dtype=np.int64)
 
+    def _sample_warmup(self, batch_size: int, rng: np.random.Generator) -> NDArray[np.int64]:
+        """Uniform over the volumes without a fresh loss yet (over all once every one has one)."""
+        unseen = np.flatnonzero(self._storage.counts == 0)
+        pool = unseen if unseen.size else np.arange(self.num_samples)
+        return pool[rng.integers(0, pool.size, batch_size)].astype(np.int64)
+
+    @property
+    def in_warmup(self) -> bool:
+        """True while the uniform warm-up pass is still filling the stale losses."""
+        return bool(self._storage.header_int[WARMUP])
+
     def importance_weights(self, indices: ArrayLike, losses: ArrayLike) -> NDArray[np.float64]:
         """``clip(exp(beta * (losses - L[indices])), w_min, w_max)``, computed in log space.
 
@@ -184,14 +215,30 @@ class HardnessWeightedSampler:
         sampling is off; a non-finite loss gets the neutral weight 1.
         """
         idx, fresh = self._check_batch(indices, losses)
-        if not self.importance_sampling:
+        if not self.importance_sampling or self.in_warmup:
             return np.ones(idx.shape, dtype=np.float64)
+        if self.divergence == "chi2":
+            return self._chi2_weights(idx, fresh)
         with np.errstate(invalid="ignore", over="ignore"):
             log_w = self.beta * (fresh - self._storage.losses[idx])
         log_w = np.where(np.isfinite(fresh), log_w, 0.0)
         w_min, w_max = self.clip
         # clip in log space (no overflow), then once more so exp's rounding stays inside the bounds
         return np.clip(np.exp(np.clip(log_w, math.log(w_min), math.log(w_max))), w_min, w_max)
+
+    def _chi2_weights(self, idx: np.ndarray, fresh: np.ndarray) -> NDArray[np.float64]:
+        losses = np.array(self._storage.losses)
+        p = chi2_dro_probabilities(losses, self.beta)
+        # p_i = (1 + beta (L_i - lam)) / n on the active set: recover lam from any active volume
+        j = int(np.argmax(p))
+        lam = losses[j] - (p[j] * self.num_samples - 1.0) / self.beta
+        w_min, w_max = self.clip
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            new = np.maximum(0.0, 1.0 + self.beta * (fresh - lam))
+            old = np.maximum(0.0, 1.0 + self.beta * (losses[idx] - lam))
+            w = np.where(old > 0, new / old, w_max)
+        w = np.where(np.isfinite(fresh), w, 1.0)
+        return np.clip(np.nan_to_num(w, nan=1.0, posinf=w_max), w_min, w_max)
 
     def update(self, indices: ArrayLike, losses: ArrayLike) -> None:
         """Set ``L[indices] <- losses`` (O(b log n)); duplicates take the mean of their losses."""
@@ -244,6 +291,12 @@ class HardnessWeightedSampler:
         header[SEQUENCE] += 1
         if recentre:
             self._rebuild()
+        self._maybe_end_warmup()
+
+    def _maybe_end_warmup(self) -> None:
+        st = self._storage
+        if st.mv_header[WARMUP] and bool(np.all(st.counts > 0)):
+            st.mv_header[WARMUP] = 0
 
     def _update_many(self, fresh_by_volume: dict[int, list[float]]) -> None:
         """Large batches (e.g. all ranks' updates at once, a warm-up epoch): vectorised."""
@@ -257,9 +310,13 @@ class HardnessWeightedSampler:
         st.header_int[NUM_UPDATES] += 1
         self._end_write()
         self._rebuild()
+        self._maybe_end_warmup()
 
     def probabilities(self) -> NDArray[np.float64]:
-        """The sampling distribution ``softmax(beta * L)``, exact in float64 (O(n))."""
+        """The hardness distribution, exact in float64 (O(n)): ``softmax(beta * L)`` for KL,
+        the clipped linear rule for chi2. (During a warm-up, draws are uniform instead.)"""
+        if self.divergence == "chi2":
+            return chi2_dro_probabilities(self.losses, self.beta)
         return kl_dro_probabilities(self.losses, self.beta)
 
     @property
@@ -321,6 +378,8 @@ class HardnessWeightedSampler:
             "num_skipped": int(st.header_int[NUM_SKIPPED]),
             "num_updates": int(st.header_int[NUM_UPDATES]),
             "rng_state": self._rng.bit_generator.state,
+            "divergence": self.divergence,
+            "warmup": self.in_warmup,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -331,7 +390,7 @@ class HardnessWeightedSampler:
         losses = np.asarray(state["losses"], dtype=np.float64)
         if losses.shape != (self.num_samples,) or not np.all(np.isfinite(losses)):
             raise ValueError("state 'losses' must be a finite vector of length num_samples")
-        for key in ("beta", "importance_sampling"):
+        for key in ("beta", "importance_sampling", "divergence"):
             if key in state and state[key] != getattr(self, key):
                 warnings.warn(f"state was saved with {key}={state[key]}, sampler uses "
                               f"{getattr(self, key)}", RuntimeWarning, stacklevel=2)
@@ -341,6 +400,7 @@ class HardnessWeightedSampler:
         st.counts[:] = np.asarray(state["draw_counts"], dtype=np.int64)
         st.header_int[NUM_SKIPPED] = int(state.get("num_skipped", 0))
         st.header_int[NUM_UPDATES] = int(state.get("num_updates", 0))
+        st.header_int[WARMUP] = int(bool(state.get("warmup", False)))
         self._end_write()
         self._rebuild()
         if state.get("rng_state") is not None:
@@ -362,7 +422,7 @@ class HardnessWeightedSampler:
     def __getstate__(self) -> dict[str, Any]:
         config = {"num_samples": self.num_samples, "beta": self.beta,
                   "importance_sampling": self.importance_sampling, "clip": self.clip,
-                  "seed": self.seed}
+                  "seed": self.seed, "divergence": self.divergence}
         if self._storage.shared:
             return {"config": config, "shm_name": self._storage.name}
         return {"config": config, "state": self.state_dict()}
@@ -394,7 +454,7 @@ class HardnessWeightedSampler:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(num_samples={self.num_samples}, beta={self.beta}, "
                 f"importance_sampling={self.importance_sampling}, clip={self.clip}, "
-                f"shared={self.shared})")
+                f"divergence={self.divergence!r}, shared={self.shared})")
 
     def _check_batch(self, indices: ArrayLike, losses: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         idx = np.asarray(indices).reshape(-1)

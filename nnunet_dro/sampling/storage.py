@@ -29,6 +29,7 @@ SEQUENCE = 0      # seqlock counter: odd while the owner writes
 CENTRE = 1        # float64: reference c of the exponent exp(beta * (L - c))
 NUM_SKIPPED = 2   # int64: non-finite losses refused so far
 NUM_UPDATES = 3   # int64: update() calls applied
+WARMUP = 4        # int64: 1 while the uniform warm-up pass is filling the stale losses
 HEADER_SLOTS = 8
 
 

@@ -32,7 +32,8 @@ def register(subparsers) -> None:
     parser.add_argument("-groups", type=str, default=None, metavar="TABLE",
                         help="subgroup table (.csv or .tsv), one row per case")
     parser.add_argument("--group-by", type=str, nargs="+", default=None, metavar="COL",
-                        help="group table columns to stratify by, each on its own (default: all columns). Bin a "
+                        help="group table columns to stratify by, each on its own (default: all columns but numeric ones "
+                             "with more than 10 values). Bin a "
                              "numeric column with COL:EDGES, e.g. gestational_age:19,25,30,35,41 gives [19,25), "
                              "[25,30), ... plus <19 and >=41")
     parser.add_argument("--case-column", type=str, default="case", metavar="COL",

@@ -84,7 +84,8 @@ def find_cases(root: Path) -> list[BratsCase]:
             continue
         for folder in sorted(p for p in grade_dir.iterdir() if p.is_dir()):
             images = tuple(_case_file(folder, folder.name, m) for m in MODALITIES)
-            cases.append(BratsCase(folder.name, grade, images, _case_file(folder, folder.name, "seg")))
+            label = _case_file(folder, folder.name, "seg")
+            cases.append(BratsCase(folder.name, grade, images, label))
     if not cases:
         raise UserError(f"{root}: no case folders in HGG/ or LGG/")
     duplicates = pd.Series([c.case for c in cases]).duplicated()
@@ -133,7 +134,7 @@ def _subgroup_rows(cases: Sequence[BratsCase], mapping: pd.DataFrame | None,
                 raise UserError(f"{mapping_path}: {case.case} has grade {row['Grade']} but lies in "
                                 f"{case.grade}/")
             # Either source saying TCIA is enough: the mapping also covers 2013-era TCIA cases.
-            tcia_id = str(row["TCGA_TCIA_subject_ID"]).strip() if "TCGA_TCIA_subject_ID" in row.index else ""
+            tcia_id = str(row.get("TCGA_TCIA_subject_ID", "")).strip()
             if tcia_id not in ("", "NA", "nan", "n/a"):
                 centre = "TCIA"
         rows.append({"case": case.case, "grade": case.grade, "centre": centre,

@@ -86,10 +86,12 @@ def parse_gestational_age(value: object) -> float:
     (26.43, 31.2)
     """
     text = str(value).strip().lower()
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:w(?:eeks?)?)?\s*(?:(?:\+|\s)\s*(\d+)\s*d?)?", text)
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:w|wk|wks|weeks?)?\s*"
+                         r"(?:\+\s*(\d+)\s*(?:d|days?)?|(\d+)\s*(?:d|days?))?", text)
     if not match:
         raise ValueError(f"cannot read gestational age {value!r}")
-    weeks = float(match.group(1)) + (int(match.group(2)) / 7.0 if match.group(2) else 0.0)
+    days = match.group(2) or match.group(3)
+    weeks = float(match.group(1)) + (int(days) / 7.0 if days else 0.0)
     if not 10.0 <= weeks <= 45.0:
         raise ValueError(f"gestational age {weeks:g} weeks is outside 10..45")
     return round(weeks, 2)
@@ -117,7 +119,8 @@ def read_participants(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise UserError(f"{path}: participants.tsv not found (expected beside the sub-* folders)")
     try:
-        table = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+        table = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False,
+                            encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: cannot parse ({str(e).splitlines()[0]})") from None
     id_column = _find_column(table, ("participant id", "participant", "subject", "subject id"))
@@ -198,7 +201,9 @@ def _subgroup_rows(subjects: Sequence[FetaSubject], participants: pd.DataFrame,
         if subject.participant_id not in participants.index:
             raise UserError(f"{tsv}: no row for {subject.participant_id}")
         info = participants.loc[subject.participant_id]
-        centre = info["site"] or CENTRE_BY_RECONSTRUCTION.get(subject.reconstruction, "unknown")
+        site = info["site"]
+        centre = site if isinstance(site, str) and site else \
+            CENTRE_BY_RECONSTRUCTION.get(subject.reconstruction, "unknown")
         rows.append({"case": subject.participant_id,
                      "condition": overrides.get(subject.participant_id, info["condition"]),
                      "gestational_age": float(info["gestational_age"]), "centre": centre,

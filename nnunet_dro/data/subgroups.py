@@ -3,8 +3,8 @@ r"""The subgroup table: one row per case, column ``case`` plus group columns (``
 Format (documented in ``data_docs/subgroup_table.md``): tab-separated UTF-8 text with a header
 row; the first column is ``case``, the nnU-Net case identifier (the file name of the label without
 ``.nii.gz``); every other column is a grouping variable, categorical (``condition``, ``centre``,
-``grade``, ``split``) or numeric (``gestational_age`` in weeks). Empty cells mean "unknown" and are
-written as ``n/a`` (the BIDS convention). Rows are sorted by case.
+``grade``, ``split``) or numeric (``gestational_age`` in weeks). Unknown values are empty cells
+(the reader also accepts ``n/a``, ``NA`` and ``N/A``). Rows are sorted by case.
 
 >>> import pandas as pd, tempfile, pathlib
 >>> table = pd.DataFrame({"case": ["b", "a"], "condition": ["control", "spina_bifida"]})
@@ -27,7 +27,6 @@ from nnunet_dro.errors import UserError
 
 SUBGROUPS_FILENAME = "subgroups.tsv"
 CASE_COLUMN = "case"
-MISSING = "n/a"
 
 
 def write_subgroups(path: str | os.PathLike, table: pd.DataFrame) -> None:
@@ -35,7 +34,7 @@ def write_subgroups(path: str | os.PathLike, table: pd.DataFrame) -> None:
     _validate(table, Path(path))
     columns = [CASE_COLUMN] + [c for c in table.columns if c != CASE_COLUMN]
     ordered = table[columns].sort_values(CASE_COLUMN, kind="stable")
-    text = ordered.to_csv(sep="\t", index=False, na_rep=MISSING, lineterminator="\n",
+    text = ordered.to_csv(sep="\t", index=False, na_rep="", lineterminator="\n",
                           float_format="%.4g")
     write_text_atomic(path, text)
 
@@ -52,7 +51,7 @@ def read_subgroups(path: str | os.PathLike, case_column: str = CASE_COLUMN) -> p
     separator = "," if path.suffix.lower() == ".csv" else "\t"
     try:
         table = pd.read_csv(path, sep=separator, dtype={case_column: str},
-                            na_values=[MISSING, "NA", "N/A", ""], keep_default_na=False)
+                            na_values=["n/a", "NA", "N/A", ""], keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: cannot parse subgroup table ({str(e).splitlines()[0]})") from None
     if case_column not in table.columns:

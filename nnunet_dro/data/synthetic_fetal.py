@@ -100,7 +100,8 @@ def draw_anatomy(rng: np.random.Generator, condition: str) -> FetalAnatomy:
                     cerebellum_flatten=rng.uniform(0.6, 0.8),
                     cerebellum_shift=(-rng.uniform(0.08, 0.16), -rng.uniform(0.04, 0.09)),
                     cerebellum_contrast=rng.uniform(0.15, 0.55),
-                    posterior_fossa=rng.uniform(0.7, 0.8))
+                    # small posterior fossa: little CSF left around the cerebellum
+                    posterior_fossa=rng.uniform(0.55, 0.65))
     elif condition == "other":
         big_side = int(rng.integers(2))
         ventricles = [rng.uniform(1.0, 1.3), rng.uniform(1.0, 1.3)]

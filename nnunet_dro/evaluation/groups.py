@@ -3,13 +3,14 @@
 The table (``-groups``, ``.csv`` or ``.tsv``) has one row per case: a case column (``--case-column``,
 default ``case``; values are nnU-Net case identifiers, a file ending such as ``.nii.gz`` is
 stripped) and any number of group columns. ``--group-by`` names the columns to stratify by, each
-on its own. A numeric column can be binned with ``COLUMN:EDGES``:
+on its own (default: every column, except numeric columns with more than 10 distinct values,
+which are reported). A numeric column can be binned with ``COLUMN:EDGES``:
 
 - ``gestational_age:19,25,30,35,41`` -> bins ``[19,25)``, ``[25,30)``, ``[30,35)``, ``[35,41)``;
   values below the first edge go to ``<19``, values at or above the last to ``>=41``.
 
 Every result also has the group ``all`` (group column ``all``). Cases absent from the table, or
-with an empty cell in a group column, count in ``all`` only; they and table rows without a
+with an empty (or ``n/a``, ``NA``, ``N/A``) cell in a group column, count in ``all`` only; they and table rows without a
 reference file are reported.
 
 >>> parse_group_by(["condition", "gestational_age:19,25,30"])
@@ -30,6 +31,8 @@ from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.io import split_case_id
 
 ALL = "all"
+# Cells meaning "unknown" (as in data_docs/subgroup_table.md): such a case is in no group of that column.
+MISSING_VALUES = ("", "n/a", "NA", "N/A")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class GroupAssignment:
     cases_not_in_table: list[str] = field(default_factory=list)
     rows_without_reference: list[str] = field(default_factory=list)
     cases_without_value: dict[str, list[str]] = field(default_factory=dict)
+    skipped_continuous_columns: list[str] = field(default_factory=list)
 
     @property
     def column_names(self) -> list[str]:
@@ -95,7 +99,8 @@ class GroupAssignment:
     def report(self) -> dict:
         return {"cases_not_in_group_table": self.cases_not_in_table,
                 "group_table_rows_without_reference": self.rows_without_reference,
-                "cases_without_group_value": self.cases_without_value}
+                "cases_without_group_value": self.cases_without_value,
+                "continuous_columns_not_grouped": self.skipped_continuous_columns}
 
 
 def read_group_table(path: str, case_column: str) -> pd.DataFrame:
@@ -126,7 +131,7 @@ def read_group_table(path: str, case_column: str) -> pd.DataFrame:
     if len(set(header)) != len(header) or "" in header:
         raise UserError(f"malformed group table {path}: empty or repeated column names in the header")
     table = pd.DataFrame([[cell.strip() for cell in row] for _, row in rows[1:]], columns=header, dtype=str)
-    table = table.replace("", np.nan)
+    table = table.replace(list(MISSING_VALUES), np.nan)
     line_numbers = [number for number, _ in rows[1:]]
     if case_column not in table.columns:
         raise UserError(f"group table {path}: no case column {case_column!r} (columns: "
@@ -149,13 +154,20 @@ def read_group_table(path: str, case_column: str) -> pd.DataFrame:
 def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases: list[str]) -> GroupAssignment:
     """Group label per case and column for the evaluated ``cases``.
 
-    Without ``--group-by`` every column except the case column is used as a categorical group.
+    Without ``--group-by`` every column except the case column is used as a categorical group,
+    except numeric columns with more than 10 distinct values (reported; bin them with ``COL:EDGES``).
     """
     table = read_group_table(path, case_column)
     other_columns = [c for c in table.columns if c != case_column]
-    columns = parse_group_by(group_by, list(table.columns)) if group_by else [GroupColumn(c) for c in other_columns]
+    skipped: list[str] = []
+    if group_by:
+        columns = parse_group_by(group_by, list(table.columns))
+    else:
+        skipped = [c for c in other_columns if _looks_continuous(table[c])]
+        columns = [GroupColumn(c) for c in other_columns if c not in skipped]
     if not columns:
-        raise UserError(f"group table {path}: no group column besides {case_column!r}")
+        raise UserError(f"group table {path}: no group column besides {case_column!r}"
+                        + (f" (continuous columns need bins: --group-by {skipped[0]}:EDGES)" if skipped else ""))
     for g in columns:
         if g.column not in table.columns or g.column == case_column:
             raise UserError(f"group table {path}: no group column {g.column!r} (columns: {', '.join(other_columns)})")
@@ -194,7 +206,18 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
     return GroupAssignment(columns=columns, labels=labels, order=order,
                            cases_not_in_table=sorted(evaluated - known),
                            rows_without_reference=sorted(known - evaluated),
-                           cases_without_value=without_value)
+                           cases_without_value=without_value, skipped_continuous_columns=skipped)
+
+
+MAX_DEFAULT_GROUPS = 10
+
+
+def _looks_continuous(values: pd.Series) -> bool:
+    """A numeric column with more than MAX_DEFAULT_GROUPS distinct values (e.g. gestational age):
+    left out of the default grouping, since one group per value is useless; bin it instead."""
+    present = values.dropna()
+    numeric = pd.to_numeric(present, errors="coerce")
+    return bool(len(present)) and not numeric.isna().any() and numeric.nunique() > MAX_DEFAULT_GROUPS
 
 
 def _natural_key(text: str):

@@ -1,9 +1,10 @@
 """Finding and reading segmentation files; geometry checks; nnU-Net summary.json input.
 
 Files are matched by nnU-Net case identifier: the file name without its ending
-(``BraTS19_001.nii.gz`` -> ``BraTS19_001``). NIfTI, NRRD, MHA and GIPL files are read with
-SimpleITK directly (one read, integer labels kept as integers, geometry included); PNG/BMP/TIFF go
-through nnU-Net's own reader classes.
+(``BraTS19_001.nii.gz`` -> ``BraTS19_001``). NIfTI files are read with nibabel (one read,
+integer labels kept as integers, a truncated file is an error), NRRD, MHA and GIPL with SimpleITK;
+PNG/BMP/TIFF go through nnU-Net's own reader classes. Geometry follows SimpleITK's conventions
+(numpy axis order z, y, x; LPS origin and direction) whatever the reader.
 
 >>> split_case_id("case_001.nii.gz")
 ('case_001', '.nii.gz')
@@ -22,9 +23,10 @@ import SimpleITK as sitk
 
 from nnunet_dro.errors import UserError
 
-SITK_ENDINGS = (".nii.gz", ".nii", ".nrrd", ".mha", ".gipl")
+NIFTI_ENDINGS = (".nii.gz", ".nii")
+SITK_ENDINGS = (".nrrd", ".mha", ".gipl")
 NNUNET_READER_ENDINGS = (".png", ".bmp", ".tif", ".tiff")
-SEGMENTATION_ENDINGS = SITK_ENDINGS + NNUNET_READER_ENDINGS
+SEGMENTATION_ENDINGS = NIFTI_ENDINGS + SITK_ENDINGS + NNUNET_READER_ENDINGS
 
 # Geometry tolerance (mm for spacing/origin, unitless for direction cosines): resampling and
 # file-format round trips change these in the 5th-6th digit, real mismatches are far larger.
@@ -112,6 +114,8 @@ def read_segmentation(path: str) -> tuple[np.ndarray, Geometry]:
 
     Unreadable or corrupt files raise UserError naming the file.
     """
+    if path.lower().endswith(NIFTI_ENDINGS):
+        return _read_nifti(path)
     if path.lower().endswith(SITK_ENDINGS):
         try:
             image = sitk.ReadImage(path)
@@ -126,6 +130,48 @@ def read_segmentation(path: str) -> tuple[np.ndarray, Geometry]:
                             origin=tuple(image.GetOrigin()), direction=tuple(image.GetDirection()))
         return _as_integer_labels(array, path), geometry
     return _read_with_nnunet_reader(path)
+
+
+def _read_nifti(path: str) -> tuple[np.ndarray, Geometry]:
+    """NIfTI through nibabel from the decompressed bytes: ``gzip`` checks the stream's length and
+    CRC, so a truncated or corrupt ``.nii.gz`` is an error (SimpleITK silently zero-fills it).
+
+    The array is transposed to SimpleITK's axis order (a view) and origin/direction converted from
+    nibabel's RAS affine to SimpleITK's LPS convention, so both readers give the same Geometry.
+    """
+    import gzip
+
+    import nibabel
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        if path.lower().endswith(".gz"):
+            data = gzip.decompress(data)
+        image_class = nibabel.Nifti2Image if data[:4] == (540).to_bytes(4, "little") or \
+            data[:4] == (540).to_bytes(4, "big") else nibabel.Nifti1Image
+        image = image_class.from_bytes(data)
+        array = np.asanyarray(image.dataobj)
+    except Exception as e:  # gzip, zlib and nibabel raise many types; all mean "not a readable NIfTI"
+        message = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot read {path}: {message}") from None
+    while array.ndim > 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if array.ndim > 3:
+        raise UserError(f"{path}: not a label map ({array.ndim}D image of shape {array.shape})")
+    ndim = array.ndim
+    zooms = [float(z) for z in image.header.get_zooms()[:ndim]]
+    affine = image.affine
+    rotation = affine[:3, :3] / np.where(np.linalg.norm(affine[:3, :3], axis=0) > 0,
+                                         np.linalg.norm(affine[:3, :3], axis=0), 1)
+    ras_to_lps = np.diag([-1.0, -1.0, 1.0])
+    origin = ras_to_lps @ affine[:3, 3]
+    direction = ras_to_lps @ rotation
+    array = array.T  # (x, y, z) -> (z, y, x): C-contiguous view, SimpleITK's order
+    geometry = Geometry(shape=tuple(array.shape), spacing=tuple(zooms[::-1]),
+                        origin=tuple(float(v) for v in origin[:ndim]),
+                        direction=tuple(float(v) for v in direction[:ndim, :ndim].ravel()))
+    return _as_integer_labels(array, path), geometry
 
 
 def _read_with_nnunet_reader(path: str) -> tuple[np.ndarray, Geometry]:

@@ -75,7 +75,8 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
         if reference is not None:
             ax.axhline(reference, color="grey", ls="--", label=reference_label)
         ax.set_ylabel(label)
-        ax.legend(loc="best")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best")
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("epoch")
     axes[0].set_title(f"Hardness weighted sampling over {num_cases} training cases")

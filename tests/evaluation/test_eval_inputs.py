@@ -90,13 +90,20 @@ def write(path, text):
 
 def test_assign_groups_reports_missing_rows_and_cases(tmp_path):
     table = write(tmp_path / "g.tsv", "case\tcondition\tga\nc1.nii.gz\tcontrol\t20.5\nc2\tsb\t33\nc9\tsb\t30\n"
-                                      "c3\t\t26\n")
+                                      "c3\tn/a\t26\n")
     a = assign_groups(table, "case", ["condition", "ga:19,25,30,35"], ["c1", "c2", "c3", "c4"])
     assert a.labels["condition"] == {"c1": "control", "c2": "sb", "c3": None, "c4": None}
     assert a.labels["ga"] == {"c1": "[19,25)", "c2": "[30,35)", "c3": "[25,30)", "c4": None}
     assert a.order["ga"] == ["[19,25)", "[25,30)", "[30,35)"]
     assert a.cases_not_in_table == ["c4"] and a.rows_without_reference == ["c9"]
     assert a.cases_without_value == {"condition": ["c3"]}
+
+
+def test_default_grouping_leaves_continuous_columns_out(tmp_path):
+    rows = "".join(f"c{i}\t{'a' if i % 2 else 'b'}\t{20 + i * 0.7:.1f}\n" for i in range(12))
+    a = assign_groups(write(tmp_path / "g.tsv", "case\tcondition\tga\n" + rows), "case", None,
+                      [f"c{i}" for i in range(12)])
+    assert a.column_names == ["condition"] and a.skipped_continuous_columns == ["ga"]
 
 
 @pytest.mark.parametrize("name,text,group_by,message", [
@@ -127,3 +134,25 @@ def test_nnunet_summary_json_is_read(tmp_path):
     path.write_text(json.dumps({"foo": 1}))
     with pytest.raises(UserError, match="not an nnU-Net summary.json"):
         load_nnunet_summary(str(path))
+
+
+def test_evaluation_layer_imports_neither_training_nor_sampling():
+    import ast
+    import pathlib
+
+    import nnunet_dro.evaluation as package
+    for path in pathlib.Path(package.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(("nnunet_dro.training", "nnunet_dro.sampling")), (path.name, name)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from nnunet_dro.evaluation import groups, io, metrics, regions, reports, stats
+    for module in (groups, io, metrics, regions, reports, stats):
+        failures, _ = doctest.testmod(module)
+        assert failures == 0, module.__name__

@@ -1,0 +1,5 @@
+"""Small, self-contained experiments that give evidence about the method (no nnU-Net import).
+
+- :mod:`nnunet_dro.experiments.digits`: the paper's class-imbalance toy (section 4.1) on
+  scikit-learn's bundled 8x8 handwritten digits; driven by ``scripts/digits_imbalance.py``.
+"""

@@ -1,0 +1,156 @@
+"""Benchmark: ``nnunet_dro evaluate`` against nnU-Net's ``nnUNetv2_evaluate_folder`` on the same folder.
+
+Writes a seeded synthetic cohort of NIfTI label maps (default 40 cases of 96^3 with 3 labels,
+plus one prediction per case), then runs, in the same session and with the same number of
+processes, both command-line tools end to end (start-up, reading, metrics, writing) and prints
+both wall-clock times, the ratio (ours / nnU-Net; target <= 1.0) and the largest per-case Dice
+difference (identical Dice expected: differences at float rounding, < 1e-9 percent).
+
+    .venv/bin/python scripts/benchmark_evaluation.py            # 40 cases, 96^3, -np 2
+    .venv/bin/python scripts/benchmark_evaluation.py --cases 10 --size 64 --np 1
+
+Each tool runs ``--repeats`` times, alternating, and the best time of each is kept (the files
+stay in the page cache after the first read either way).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import SimpleITK as sitk
+
+BIN = Path(sys.executable).parent
+
+
+def ellipsoid_map(rng: np.random.Generator, size: int, labels: int) -> np.ndarray:
+    """Nested, randomly placed ellipsoids (label k inside label k-1), like organ/tumour maps."""
+    grid = np.stack(np.meshgrid(*[np.arange(size)] * 3, indexing="ij"), axis=-1).astype(np.float32)
+    array = np.zeros((size,) * 3, np.uint8)
+    centre = rng.uniform(0.4, 0.6, 3) * size
+    radii = rng.uniform(0.25, 0.35, 3) * size
+    for label in range(1, labels + 1):
+        inside = (((grid - centre) / radii) ** 2).sum(-1) <= 1
+        array[inside] = label
+        centre = centre + rng.normal(0, 0.03 * size, 3)
+        radii = radii * rng.uniform(0.5, 0.7, 3)
+    return array
+
+
+def make_prediction(rng: np.random.Generator, truth: np.ndarray, labels: int) -> np.ndarray:
+    """Shift the truth a little and sprinkle label noise: a plausible imperfect segmentation."""
+    pred = np.roll(truth, tuple(int(v) for v in rng.integers(-2, 3, 3)), axis=(0, 1, 2))
+    noise = rng.random(truth.shape) < 0.01
+    pred[noise] = rng.integers(0, labels + 1, int(noise.sum()), dtype=np.uint8)
+    return pred
+
+
+def write(array: np.ndarray, path: Path, spacing) -> None:
+    image = sitk.GetImageFromArray(array)
+    image.SetSpacing(spacing)
+    sitk.WriteImage(image, str(path), True)
+
+
+def make_cohort(root: Path, cases: int, size: int, labels: int, seed: int) -> tuple[Path, Path]:
+    rng = np.random.default_rng(seed)
+    ref, pred = root / "labelsTs", root / "predictions"
+    ref.mkdir(parents=True)
+    pred.mkdir()
+    for i in range(cases):
+        truth = ellipsoid_map(rng, size, labels)
+        spacing = (0.8, 0.8, 1.5)
+        write(truth, ref / f"case_{i:03d}.nii.gz", spacing)
+        write(make_prediction(rng, truth, labels), pred / f"case_{i:03d}.nii.gz", spacing)
+    (root / "dataset.json").write_text(json.dumps({
+        "channel_names": {"0": "MRI"}, "labels": {"background": 0, **{f"label{k}": k for k in range(1, labels + 1)}},
+        "numTraining": cases, "file_ending": ".nii.gz"}))
+    (root / "plans.json").write_text(json.dumps({"label_manager": "LabelManager"}))
+    return ref, pred
+
+
+def timed(command: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(command)}\n{done.stderr[-3000:]}")
+    return elapsed
+
+
+def per_case_work(ref: Path, pred: Path, labels: int) -> tuple[float, float]:
+    """Both tools' per-case functions in this process: reading and scoring without pool start-up."""
+    from nnunetv2.evaluation.evaluate_predictions import compute_metrics
+    from nnunetv2.imageio.simpleitk_reader_writer import SimpleITKIO
+
+    from nnunet_dro.evaluation.metrics import CaseTask, evaluate_case
+
+    cases = sorted(p.name for p in ref.iterdir())
+    start = time.perf_counter()
+    for name in cases:
+        compute_metrics(str(ref / name), str(pred / name), SimpleITKIO(), list(range(1, labels + 1)))
+    theirs = time.perf_counter() - start
+    start = time.perf_counter()
+    for name in cases:
+        evaluate_case(CaseTask(case=name, reference=str(ref / name), predictions=(("bench", str(pred / name)),)))
+    return theirs, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=40)
+    parser.add_argument("--size", type=int, default=96)
+    parser.add_argument("--labels", type=int, default=3)
+    parser.add_argument("--np", type=int, default=2, help="processes for both tools (default 2)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="nnunet_dro_bench_eval_"))
+    try:
+        t = time.perf_counter()
+        ref, pred = make_cohort(root, args.cases, args.size, args.labels, args.seed)
+        print(f"cohort: {args.cases} cases of {args.size}^3, {args.labels} labels, written in "
+              f"{time.perf_counter() - t:.1f} s to {root}")
+        env = dict(os.environ, OMP_NUM_THREADS="1", nnUNet_def_n_proc=str(args.np))
+        nnunet = [str(BIN / "nnUNetv2_evaluate_folder"), str(ref), str(pred), "-djfile", str(root / "dataset.json"),
+                  "-pfile", str(root / "plans.json"), "-o", str(root / "nnunet_summary.json"), "-np", str(args.np)]
+        ours = [str(BIN / "nnunet_dro"), "evaluate", "-ref", str(ref), "-pred", f"bench={pred}",
+                "-o", str(root / "report"), "-np", str(args.np)]
+        times = {"nnUNetv2_evaluate_folder": [], "nnunet_dro evaluate": []}
+        for _ in range(args.repeats):
+            times["nnUNetv2_evaluate_folder"].append(timed(nnunet, env))
+            times["nnunet_dro evaluate"].append(timed(ours, env))
+        theirs_s, ours_s = min(times["nnUNetv2_evaluate_folder"]), min(times["nnunet_dro evaluate"])
+
+        summary = json.loads((root / "nnunet_summary.json").read_text())
+        expected = {(Path(e["reference_file"]).name[: -len(".nii.gz")], str(k)): 100 * m["Dice"]
+                    for e in summary["metric_per_case"] for k, m in e["metrics"].items()}
+        per_case = pd.read_csv(root / "report" / "per_case.csv")
+        got = {(r.case, str(r.region)): r.value for r in per_case.itertuples() if r.metric == "dice"}
+        assert expected.keys() == got.keys(), "the two tools scored different cases or labels"
+        difference = max(abs(expected[k] - got[k]) for k in expected)
+
+        print(f"processes: {args.np}, best of {args.repeats} runs each (wall clock, whole command)")
+        for name, values in times.items():
+            print(f"  {name:26s} {min(values):7.2f} s   (runs: {', '.join(f'{v:.2f}' for v in values)})")
+        print(f"ratio nnunet_dro / nnU-Net: {ours_s / theirs_s:.2f}  (target <= 1.0)")
+        theirs_core, ours_core = per_case_work(ref, pred, args.labels)
+        print(f"per-case work only, one process, no start-up (read + all labels, summed over cases):\n"
+              f"  nnU-Net compute_metrics     {theirs_core:7.2f} s\n  nnunet_dro evaluate_case    {ours_core:7.2f} s\n"
+              f"  ratio {ours_core / theirs_core:.2f}")
+        print(f"Dice: {len(expected)} case-label values, max |difference| = {difference:.2e} percent "
+              f"({'identical' if difference < 1e-9 else 'DIFFERENT'})")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Overhead of nnUNetTrainerDRO over nnU-Net's nnUNetTrainer per training iteration (CPU).
+
+Both trainers are built on the same preprocessed dataset in one process; their training steps
+are timed alternately (which one goes first alternates too), so machine load affects both
+alike. Timed: ``train_step(batch)`` (forward, loss, backward, optimiser step, and for DRO the
+per-sample loss, importance weights and sampler update). Batches come from each trainer's own
+loader in the main process (``nnUNet_n_proc_DA=0``) and are fetched outside the timed region;
+the sampler draw that DRO adds to the loader is timed separately.
+
+    python scripts/benchmark_overhead.py                 # synthetic 8 cases of 32^3, preprocessed in a tmp folder
+    python scripts/benchmark_overhead.py -d 4 -n 40      # an existing dataset under $nnUNet_preprocessed
+
+Prints the median iteration time of each trainer and the ratio DRO/ERM (target <= 1.02).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def make_synthetic_dataset(root: Path, dataset_id: int, num_cases: int, size: int) -> None:
+    """Noisy spheres (label 1) in ``size^3`` volumes, planned and preprocessed for 3d_fullres."""
+    import nibabel as nib
+    from nnunetv2.dataset_conversion.generate_dataset_json import generate_dataset_json
+
+    folder = root / "raw" / f"Dataset{dataset_id:03d}_DROBenchmark"
+    (folder / "imagesTr").mkdir(parents=True)
+    (folder / "labelsTr").mkdir()
+    rng = np.random.default_rng(0)
+    grid = np.stack(np.meshgrid(*[np.arange(size)] * 3, indexing="ij"), -1).astype(np.float32)
+    for i in range(num_cases):
+        dist = np.linalg.norm(grid - rng.uniform(0.35 * size, 0.65 * size, 3), axis=-1)
+        seg = (dist < rng.uniform(0.15, 0.3) * size).astype(np.uint8)
+        image = (100.0 * seg + rng.normal(0, 20, seg.shape)).astype(np.float32)
+        nib.save(nib.Nifti1Image(image, np.eye(4)), str(folder / "imagesTr" / f"case_{i:03d}_0000.nii.gz"))
+        nib.save(nib.Nifti1Image(seg, np.eye(4)), str(folder / "labelsTr" / f"case_{i:03d}.nii.gz"))
+    generate_dataset_json(str(folder), {0: "MRI"}, {"background": 0, "sphere": 1}, num_cases, ".nii.gz",
+                          dataset_name="DROBenchmark")
+    subprocess.run([str(Path(sys.executable).parent / "nnUNetv2_plan_and_preprocess"), "-d", str(dataset_id),
+                    "-c", "3d_fullres", "-np", "2", "-npfp", "2"], check=True, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "nnUNet_n_proc_DA": "2"})  # planning crashes with 0
+
+
+def build_trainer(cls, dataset_id: int):
+    import torch
+    from batchgenerators.utilities.file_and_folder_operations import join, load_json
+    from nnunetv2.paths import nnUNet_preprocessed
+    from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name
+
+    folder = join(nnUNet_preprocessed, maybe_convert_to_dataset_name(dataset_id))
+    plans = load_json(join(folder, "nnUNetPlans.json"))
+    plans["continue_training"] = False
+    torch.manual_seed(0)  # same initial weights for both trainers
+    trainer = cls(plans, "3d_fullres", 0, load_json(join(folder, "dataset.json")), device=torch.device("cpu"))
+    trainer.initialize()
+    trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
+    trainer.network.train()
+    trainer.on_train_epoch_start()
+    return trainer
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-d", type=int, default=None,
+                        help="preprocessed dataset ID under $nnUNet_preprocessed (default: a synthetic one)")
+    parser.add_argument("-n", type=int, default=30, help="timed iterations per trainer (default 30)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed iterations per trainer first (default 3)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    args = parser.parse_args(argv)
+
+    os.environ["nnUNet_n_proc_DA"] = "0"
+    os.environ.setdefault("nnUNet_compile", "f")
+    os.environ.setdefault("nnUNet_def_n_proc", "2")
+    tmp = None
+    dataset_id = args.d
+    if dataset_id is None:
+        tmp = tempfile.TemporaryDirectory(prefix="dro_benchmark_")
+        root = Path(tmp.name)
+        for key, sub in (("nnUNet_raw", "raw"), ("nnUNet_preprocessed", "preprocessed"), ("nnUNet_results", "results")):
+            os.environ[key] = str(root / sub)
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        dataset_id = 990
+        print("preprocessing a synthetic dataset (8 cases of 32^3) ...", flush=True)
+        make_synthetic_dataset(root, dataset_id, num_cases=8, size=32)
+    elif "nnUNet_results" not in os.environ:
+        os.environ["nnUNet_results"] = tempfile.mkdtemp(prefix="dro_benchmark_results_")
+
+    import torch
+    torch.set_num_threads(args.threads)
+    from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+    from nnunet_dro.training import nnUNetTrainerDRO
+
+    trainers = {"ERM nnUNetTrainer": build_trainer(nnUNetTrainer, dataset_id),
+                "DRO nnUNetTrainerDRO": build_trainer(nnUNetTrainerDRO, dataset_id)}
+    times = {name: [] for name in trainers}
+    order = list(trainers)
+    for it in range(args.warmup + args.n):
+        for name in (order if it % 2 == 0 else order[::-1]):
+            trainer = trainers[name]
+            batch = next(trainer.dataloader_train)
+            start = time.perf_counter()
+            trainer.train_step(batch)
+            elapsed = time.perf_counter() - start
+            if it >= args.warmup:
+                times[name].append(elapsed)
+
+    dro = trainers["DRO nnUNetTrainerDRO"]
+    draws = []
+    for _ in range(2000):
+        start = time.perf_counter()
+        dro.dro_sampler.sample(dro.batch_size)
+        draws.append(time.perf_counter() - start)
+
+    patch = dro.configuration_manager.patch_size
+    print(f"dataset {dataset_id}, patch {patch}, batch {dro.batch_size}, {dro.dro_sampler.num_samples} training "
+          f"cases, {args.n} timed iterations each (interleaved), torch threads {args.threads}")
+    medians = {}
+    for name, values in times.items():
+        q1, q3 = np.percentile(values, [25, 75])
+        medians[name] = statistics.median(values)
+        print(f"  {name:22s} median {medians[name]:.4f} s/iteration  (IQR {q1:.4f}-{q3:.4f})")
+    ratio = medians["DRO nnUNetTrainerDRO"] / medians["ERM nnUNetTrainer"]
+    print(f"  ratio DRO/ERM (median iteration time): {ratio:.4f}  (target <= 1.02)")
+    print(f"  sampler draw of one batch (in the loader / DA workers): median {1e6 * statistics.median(draws):.1f} us")
+    for trainer in trainers.values():
+        if hasattr(trainer, "_close_sampler"):
+            trainer._close_sampler()
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

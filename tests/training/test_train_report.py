@@ -1,0 +1,42 @@
+"""The hardness report files (csv and png), written atomically."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nnunet_dro.training.hardness_report import hardness_table, plot_dro_progress, write_hardness_csv
+
+
+def test_csv_has_one_row_per_case_hardest_first_and_round_trips(tmp_path):
+    table = hardness_table(["a", "b", "c"], [0.1, 0.7, 0.3], [0.2, 0.5, 0.3], [4, 0, 2])
+    path = tmp_path / "dro_hardness.csv"
+    write_hardness_csv(path, table)
+    back = pd.read_csv(path)
+    assert list(back.columns) == ["case", "stale_loss", "probability", "times_drawn"]
+    assert back["case"].tolist() == ["b", "c", "a"]
+    np.testing.assert_allclose(back["stale_loss"], [0.7, 0.3, 0.1])
+    assert back["times_drawn"].tolist() == [0, 2, 4]
+    assert [p.name for p in tmp_path.iterdir()] == ["dro_hardness.csv"]  # no temporary left behind
+
+
+@pytest.mark.parametrize("bad", [
+    dict(case_ids=["a"], stale_losses=[0.1, 0.2], probabilities=[1.0], times_drawn=[1]),
+    dict(case_ids=["a", "b"], stale_losses=[0.1, 0.2], probabilities=[1.0], times_drawn=[1, 1]),
+])
+def test_mismatched_lengths_are_refused(bad):
+    with pytest.raises(ValueError, match="same length"):
+        hardness_table(**bad)
+
+
+@pytest.mark.parametrize("epochs,clipped", [(0, []), (1, [0.25]), (3, [math.nan] * 3)],
+                         ids=["no-epoch-yet", "one-epoch", "importance-sampling-off"])
+def test_progress_png_is_written_for_edge_histories(tmp_path, epochs, clipped):
+    history = {"epoch": list(range(epochs)), "entropy": [1.0] * epochs, "effective_sample_size": [3.0] * epochs,
+               "max_probability": [0.5] * epochs, "clipped_fraction": clipped}
+    path = tmp_path / "dro_progress.png"
+    plot_dro_progress(path, history, num_cases=4)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["dro_progress.png"]

@@ -1,0 +1,111 @@
+"""Helpers for the trainer tests: tiny synthetic NIfTI datasets preprocessed by nnU-Net's real CLI,
+the test-sized trainer module, and running CLIs in subprocesses (fixtures: conftest.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+from nnunetv2.dataset_conversion.generate_dataset_json import generate_dataset_json
+
+BIN = Path(sys.executable).parent
+NUM_CASES = 6
+SHAPE = (24, 24, 24)
+
+TEST_TRAINER_MODULE = '''
+"""Test-sized subclasses of the DRO trainers (found through nnUNet_extTrainer)."""
+import os
+
+import numpy as np
+import torch
+
+from nnunet_dro.training import nnUNetTrainerDRO
+
+
+class nnUNetTrainerDRO_e2eTest(nnUNetTrainerDRO):
+    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
+                 device: torch.device = torch.device('cuda')):
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        self.num_epochs = int(os.environ.get('DRO_TEST_NUM_EPOCHS', '2'))
+        self.num_iterations_per_epoch = 3
+        self.num_val_iterations_per_epoch = 1
+        self.save_every = 1
+
+    def _create_sampler(self, case_ids):
+        super()._create_sampler(case_ids)
+        # the loss vector the data-augmentation workers start from (checked by the resume test)
+        np.save(os.path.join(self.output_folder, 'dro_losses_at_start.npy'), np.array(self.dro_sampler.losses))
+'''
+
+
+@dataclass
+class PreprocessedDataset:
+    dataset_id: int
+    name: str
+    env: dict            # environment for nnU-Net subprocesses
+    raw: Path
+    preprocessed: Path
+    results: Path
+    test_images: Path    # a folder of images for nnUNetv2_predict
+
+    @property
+    def folder_name(self) -> str:
+        return f"Dataset{self.dataset_id:03d}_{self.name}"
+
+
+def run_cli(args, env, timeout=600):
+    """Run a real CLI; on failure show its output tail in the assertion message."""
+    proc = subprocess.run([str(a) for a in args], env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (f"{' '.join(map(str, args))} exited with {proc.returncode}\n"
+                                  f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def _write_case(path_img: Path, path_seg: Path | None, rng: np.random.Generator, regions: bool) -> None:
+    """A noisy sphere (label 1) with, for the region dataset, an inner core (label 2)."""
+    grid = np.stack(np.meshgrid(*[np.arange(s) for s in SHAPE], indexing="ij"), -1).astype(np.float32)
+    centre = rng.uniform(9, 15, 3)
+    radius = rng.uniform(4, 7)
+    dist = np.linalg.norm(grid - centre, axis=-1)
+    seg = (dist < radius).astype(np.uint8)
+    if regions:
+        seg[dist < radius / 2] = 2
+    image = 100.0 * (seg > 0) + 50.0 * (seg == 2) + rng.normal(0, 20, SHAPE)
+    affine = np.diag([1.0, 1.0, 1.0, 1.0])
+    nib.save(nib.Nifti1Image(image.astype(np.float32), affine), str(path_img))
+    if path_seg is not None:
+        nib.save(nib.Nifti1Image(seg, affine), str(path_seg))
+
+
+def make_preprocessed_dataset(tmp_root: Path, dataset_id: int, name: str, regions: bool) -> PreprocessedDataset:
+    raw, pre, res = tmp_root / "raw", tmp_root / "preprocessed", tmp_root / "results"
+    for p in (raw, pre, res):
+        p.mkdir(parents=True, exist_ok=True)
+    folder = raw / f"Dataset{dataset_id:03d}_{name}"
+    (folder / "imagesTr").mkdir(parents=True)
+    (folder / "labelsTr").mkdir()
+    test_images = tmp_root / f"test_images_{dataset_id}"
+    test_images.mkdir()
+    rng = np.random.default_rng(dataset_id)
+    for i in range(NUM_CASES):
+        _write_case(folder / "imagesTr" / f"case_{i:03d}_0000.nii.gz", folder / "labelsTr" / f"case_{i:03d}.nii.gz",
+                    rng, regions)
+    _write_case(test_images / "test_000_0000.nii.gz", None, rng, regions)
+    labels = {"background": 0, "whole": [1, 2], "core": 2} if regions else {"background": 0, "sphere": 1}
+    generate_dataset_json(str(folder), {0: "MRI"}, labels, NUM_CASES, ".nii.gz",
+                          regions_class_order=(1, 2) if regions else None, dataset_name=name)
+    env = dict(os.environ)
+    env.update({
+        "nnUNet_raw": str(raw), "nnUNet_preprocessed": str(pre), "nnUNet_results": str(res),
+        "nnUNet_compile": "f", "nnUNet_n_proc_DA": "2", "nnUNet_def_n_proc": "2",
+        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+    })
+    run_cli([BIN / "nnUNetv2_plan_and_preprocess", "-d", dataset_id, "-c", "3d_fullres", "-np", 2, "-npfp", 2],
+            env)
+    return PreprocessedDataset(dataset_id, name, env, raw, pre, res, test_images)
+
+

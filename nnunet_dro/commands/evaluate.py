@@ -32,8 +32,8 @@ def register(subparsers) -> None:
     parser.add_argument("-groups", type=str, default=None, metavar="TABLE",
                         help="subgroup table (.csv or .tsv), one row per case")
     parser.add_argument("--group-by", type=str, nargs="+", default=None, metavar="COL",
-                        help="group table columns to stratify by, each on its own (default: all columns but numeric ones "
-                             "with more than 10 values). Bin a "
+                        help="group table columns to stratify by, each on its own (default: all columns but "
+                             "numeric ones with more than 10 values). Bin a "
                              "numeric column with COL:EDGES, e.g. gestational_age:19,25,30,35,41 gives [19,25), "
                              "[25,30), ... plus <19 and >=41")
     parser.add_argument("--case-column", type=str, default="case", metavar="COL",
@@ -53,6 +53,9 @@ def register(subparsers) -> None:
                              "Dice 0 and the worst HD95, skip leaves it out")
     parser.add_argument("-np", type=int, default=None, metavar="N",
                         help="number of processes reading cases. Default: nnUNet_def_n_proc or 8")
+    parser.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                        help="with 2+ methods: N bootstrap resamples of the cases give 95%% confidence intervals "
+                             "of the percentile differences in comparison.csv. Default: 0 (off)")
     parser.set_defaults(func=run)
 
 
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     result = api.evaluate(args.ref, parse_predictions(args.pred), args.o, groups=args.groups, group_by=args.group_by,
                           case_column=args.case_column, regions=args.regions, metrics=args.metrics,
                           percentiles=args.percentiles, empty=args.empty, missing=args.missing,
-                          num_processes=args.np, progress=True)
+                          num_processes=args.np, n_bootstrap=args.bootstrap, progress=True)
     print(reports.terminal_table(result))
     print(f"Report written to {os.path.abspath(args.o)}", file=sys.stderr)
     return 0

@@ -490,5 +490,6 @@ def _settings(reference, methods, spec, regions, metrics, percentiles, empty, mi
         "group_by": list(group_by) if group_by else None,
         "n_bootstrap": n_bootstrap,
         "num_processes": num_processes,
-        "versions": {p: version(p) for p in ("nnunet_dro", "nnunetv2", "numpy", "scipy", "pandas", "SimpleITK")},
+        "versions": {p: version(p) for p in ("nnunet_dro", "nnunetv2", "numpy", "scipy", "pandas", "SimpleITK",
+                                             "nibabel")},
     }

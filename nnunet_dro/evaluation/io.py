@@ -184,7 +184,8 @@ def _read_with_nnunet_reader(path: str) -> tuple[np.ndarray, Geometry]:
                                                           verbose=False)()
         array, properties = reader.read_seg(path)
     except Exception as e:  # nnU-Net's readers raise anything from RuntimeError to AssertionError
-        raise UserError(f"cannot read {path}: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}") from None
+        message = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot read {path}: {message}") from None
     array = array[0]
     if array.ndim == 3 and array.shape[0] == 1:  # nnU-Net's 2D images are (1, x, y) with a dummy spacing
         array = array[0]

@@ -112,7 +112,8 @@ def test_empty_and_missing_policies(tmp_path):
     assert notes["hd95"].startswith("one side empty") and notes["vs"] == "" and notes["dice"] == ""
     assert value(worst, "c1", "none", "dice") == 100 and value(worst, "c1", "none", "hd95") == 0  # both empty
     assert value(worst, "c2", "two", "dice") == 100 and value(worst, "c2", "two", "hd95") == 0
-    assert "empty in reference and prediction" in worst.per_case.query("case == 'c1' and region == 'none'")["note"].iloc[0]
+    note = worst.per_case.query("case == 'c1' and region == 'none'")["note"].iloc[0]
+    assert "empty in reference and prediction" in note
     assert set(worst.per_case["empty_policy"]) == {"one"} and set(worst.summary["missing_policy"]) == {"worst"}
 
     skipped = evaluate(str(ref_dir), {"A": str(pred_dir)}, None, missing="skip", empty="nan", **kwargs)
@@ -140,7 +141,8 @@ def test_geometry_mismatch_names_the_case_and_writes_nothing(tmp_path, change, m
     shape = change.pop("shape", a.shape)
     write_label_map(tmp_path / "pred" / "bad.nii.gz", np.zeros(shape, np.uint8), **change)
     with pytest.raises(UserError, match=f"case 'bad'.*{message}"):
-        evaluate(str(tmp_path / "ref"), {"A": str(tmp_path / "pred")}, str(tmp_path / "out"), progress=False, num_processes=1)
+        evaluate(str(tmp_path / "ref"), {"A": str(tmp_path / "pred")}, str(tmp_path / "out"), progress=False,
+                 num_processes=1)
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
@@ -159,7 +161,8 @@ def test_label_checks(tmp_path):
     write_label_map(tmp_path / "ref" / "c1.nii.gz", r)
     with pytest.raises(UserError, match=r"label value 3 in .*ref.*c1.nii.gz is not among the labels declared by "
                                         r"preset brats"):
-        evaluate(str(tmp_path / "ref"), {"A": str(tmp_path / "pred")}, None, regions="brats", progress=False, num_processes=1)
+        evaluate(str(tmp_path / "ref"), {"A": str(tmp_path / "pred")}, None, regions="brats", progress=False,
+                 num_processes=1)
 
 
 def test_report_files_columns_and_policies(cohort, tmp_path):
@@ -207,3 +210,27 @@ def test_existing_output_folder_keeps_other_files(cohort, tmp_path):
     names = sorted(p.name for p in out.iterdir())
     assert "mine.txt" in names and "comparison.csv" not in names  # stale comparison of the 2-method run removed
     assert not [n for n in names if n.startswith(".")]
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_failure_while_writing_leaves_no_partial_files(cohort, tmp_path, monkeypatch, existing):
+    from nnunet_dro.evaluation import reports
+
+    _, ref, preds = cohort
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+        (out / "summary.csv").write_text("old")
+
+    def broken_plot(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(reports, "write_boxplots", broken_plot)
+    with pytest.raises(OSError, match="disk full"):
+        evaluate(str(ref), {"A": str(preds["A"])}, str(out), num_processes=1, progress=False)
+    if existing:
+        assert sorted(p.name for p in out.iterdir()) == ["summary.csv"]
+        assert (out / "summary.csv").read_text() == "old"
+    else:
+        assert not out.exists()
+    assert not [p for p in tmp_path.rglob(".*")]

@@ -25,7 +25,7 @@ def test_full_run_with_process_pool(cohort, tmp_path):
     out = tmp_path / "report"
     done = run_cli("-ref", ref, "-pred", f"ERM={preds['ERM']}", f"DRO={preds['DRO']}", "-o", out,
                    "-groups", root / "groups.tsv", "--group-by", "condition", "ga:20,28,40",
-                   "--metrics", "dice", "vs", "--percentiles", "25", "10", "-np", "2")
+                   "--metrics", "dice", "vs", "--percentiles", "25", "10", "-np", "2", "--bootstrap", "50")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     assert "| group | method | region | n | mean | std | median | iqr | p25 | p10 |" in done.stdout
@@ -35,6 +35,10 @@ def test_full_run_with_process_pool(cohort, tmp_path):
     assert set(summary["group"]) == {"all", "control", "sb", "[20,28)", "[28,40)"}
     assert (summary.query("group == 'all'")["n"] == 4).all()
     assert (out / "comparison.csv").is_file() and (out / "boxplots_vs.png").is_file()
+    comparison = pd.read_csv(out / "comparison.csv")
+    assert {"p10_difference_ci_low", "p10_difference_ci_high"} <= set(comparison.columns)
+    ci = comparison.dropna(subset=["p10_difference_ci_low"])
+    assert not ci.empty and (ci["p10_difference_ci_low"] <= ci["p10_difference_ci_high"]).all()
     settings = json.loads((out / "summary.json").read_text())["settings"]
     assert settings["regions"] == {"1": [1], "2": [2], "3": [3]} and settings["num_processes"] == 2
     # the process pool and one process (in this process) give the same numbers
@@ -84,7 +88,8 @@ def _bad_inputs(root, ref, preds):
     ok = [f"A={preds['ERM']}"]
     return [
         ("missing reference folder", ["-ref", bad / "nope", "-pred", *ok], "reference folder does not exist"),
-        ("missing prediction folder", ["-ref", ref, "-pred", f"A={bad / 'nope'}"], "prediction folder of A does not exist"),
+        ("missing prediction folder", ["-ref", ref, "-pred", f"A={bad / 'nope'}"],
+         "prediction folder of A does not exist"),
         ("empty reference folder", ["-ref", bad / "empty", "-pred", *ok], "contains no segmentation files"),
         ("empty prediction folder", ["-ref", ref, "-pred", f"A={bad / 'empty'}"], "contains no segmentation files"),
         ("corrupt file", ["-ref", ref, "-pred", f"A={corrupt}"], "cannot read"),
@@ -95,7 +100,8 @@ def _bad_inputs(root, ref, preds):
         ("unknown label", ["-ref", ref, "-pred", f"A={unknown}"], "label value 9"),
         ("label outside preset", ["-ref", ref, "-pred", *ok, "-regions", "brats"], "label value 3"),
         ("missing prediction", ["-ref", ref, "-pred", f"A={partial}"], "A has no prediction for 1 case(s): case_002"),
-        ("malformed group table", ["-ref", ref, "-pred", *ok, "-groups", bad / "malformed.csv"], "malformed group table"),
+        ("malformed group table", ["-ref", ref, "-pred", *ok, "-groups", bad / "malformed.csv"],
+         "malformed group table"),
         ("duplicate case rows", ["-ref", ref, "-pred", *ok, "-groups", bad / "duplicates.csv"], "duplicate rows"),
         ("unknown group column", ["-ref", ref, "-pred", *ok, "-groups", root / "groups.tsv", "--group-by", "site"],
          "no group column 'site'"),

@@ -156,3 +156,26 @@ def test_docstring_examples_run():
     for module in (groups, io, metrics, regions, reports, stats):
         failures, _ = doctest.testmod(module)
         assert failures == 0, module.__name__
+
+
+def test_summary_json_input_policies_and_errors(tmp_path):
+    from eval_testdata import write_label_map
+    from nnunet_dro.evaluation import evaluate
+
+    write_label_map(tmp_path / "ref" / "c1.nii.gz", np.zeros((2, 2, 2), np.uint8))
+    write_label_map(tmp_path / "ref" / "c2.nii.gz", np.zeros((2, 2, 2), np.uint8))
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"metric_per_case": [
+        {"reference_file": "/gt/c1.nii.gz", "prediction_file": "/p/c1.nii.gz",
+         "metrics": {"1": {"Dice": 0.5, "n_ref": 10, "n_pred": 30}, "2": {"Dice": float("nan"), "n_ref": 0,
+                                                                          "n_pred": 0}}}]}))
+    result = evaluate(str(tmp_path / "ref"), {"A": str(summary)}, None, metrics=["dice", "vs"], missing="worst",
+                      progress=False)
+    values = result.per_case.set_index(["case", "region", "metric"])["value"]
+    assert values[("c1", "1", "dice")] == 50 and values[("c1", "1", "vs")] == 50
+    assert values[("c1", "2", "dice")] == 100  # both empty, --empty one
+    assert values[("c2", "1", "dice")] == 0  # missing from the summary, --missing worst
+    with pytest.raises(UserError, match="no HD95"):
+        evaluate(str(tmp_path / "ref"), {"A": str(summary)}, None, metrics=["hd95"], progress=False)
+    with pytest.raises(UserError, match="has no result for region TC"):
+        evaluate(str(tmp_path / "ref"), {"A": str(summary)}, None, regions="TC=1,2", missing="skip", progress=False)

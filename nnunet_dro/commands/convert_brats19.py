@@ -24,6 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--test-fraction", type=float, default=0.0,
                         help="hold out this fraction of each grade x centre stratum instead")
     parser.add_argument("--seed", type=int, default=0, help="seed of --test-fraction")
+    parser.add_argument("--validation-dir", type=Path, metavar="DIR",
+                        help="also copy the unlabelled official validation set "
+                             "(MICCAI_BraTS_2019_Data_Validation) to imagesTs (split 'validation')")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing dataset folder of the same ID and name")
     parser.set_defaults(func=run)
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     target = convert_brats19(args.input_dir, args.dataset_id, args.name,
                              test_cases=parse_case_list(args.test_cases),
                              test_fraction=args.test_fraction, seed=args.seed,
-                             overwrite=args.overwrite,
+                             validation_dir=args.validation_dir, overwrite=args.overwrite,
                              progress=lambda message: print(message, flush=True))
     print(f"wrote {target} (dataset.json, subgroups.tsv)")
     return 0

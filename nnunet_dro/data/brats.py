@@ -15,6 +15,10 @@ whole tumour (1, 2, 3), tumour core (2, 3), enhancing tumour (3), ``regions_clas
 Subgroup columns: ``grade`` (HGG / LGG, from the folder), ``centre`` (TCIA / other: TCIA when
 name_mapping.csv gives a TCGA/TCIA subject ID, else when the case ID says ``TCIA``),
 ``institution`` (the case ID's site token: 2013, CBICA, TCIA01..TCIA13, TMC) and ``split``.
+
+The official validation set (``MICCAI_BraTS_2019_Data_Validation``: case folders with the four
+images and no labels) can be added with ``validation_dir``: its images go to imagesTs, its rows
+get ``split`` = ``validation`` and an empty ``grade`` (not published for those cases).
 """
 from __future__ import annotations
 
@@ -38,16 +42,17 @@ REGION_LABELS = {"background": 0, "whole_tumor": (1, 2, 3), "tumor_core": (2, 3)
 REGIONS_CLASS_ORDER = (1, 2, 3)
 GRADES = ("HGG", "LGG")
 MAPPING_FILENAME = "name_mapping.csv"
+VALIDATION = "validation"  # split value of unlabelled validation cases
 
 
 @dataclass(frozen=True)
 class BratsCase:
-    """One case folder: its ID, grade and the five files."""
+    """One case folder: its ID, grade and files (no grade and label for validation cases)."""
 
     case: str
-    grade: str
+    grade: str | None
     images: tuple[Path, ...]     # in MODALITIES order
-    label: Path
+    label: Path | None
 
 
 def find_training_root(input_dir: Path) -> Path:
@@ -95,6 +100,27 @@ def find_cases(root: Path) -> list[BratsCase]:
     return cases
 
 
+def find_validation_cases(folder: Path) -> list[BratsCase]:
+    """The case folders of the unlabelled validation set (four images each, no label)."""
+    if not folder.is_dir():
+        raise UserError(f"{folder}: validation folder not found")
+    cases = [BratsCase(case.name, None, tuple(_case_file(case, case.name, m) for m in MODALITIES),
+                       None)
+             for case in sorted(p for p in folder.iterdir() if p.is_dir())]
+    if not cases:
+        raise UserError(f"{folder}: no case folders")
+    return cases
+
+
+def _validation_mapping(folder: Path) -> tuple[pd.DataFrame | None, Path]:
+    """The validation set's mapping table (any .csv with a BraTS_2019_subject_ID column)."""
+    for path in sorted(folder.glob("*.csv")):
+        header = path.read_text(encoding="utf-8-sig", errors="replace").split("\n", 1)[0]
+        if "BraTS_2019_subject_ID" in header:
+            return read_name_mapping(path), path
+    return None, folder / "name_mapping_validation_data.csv"
+
+
 def read_name_mapping(path: Path) -> pd.DataFrame | None:
     """name_mapping.csv indexed by BraTS_2019_subject_ID, or None if the file is absent."""
     if not path.is_file():
@@ -104,9 +130,8 @@ def read_name_mapping(path: Path) -> pd.DataFrame | None:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: cannot parse ({str(e).splitlines()[0]})") from None
     table.columns = [c.strip() for c in table.columns]
-    for column in ("Grade", "BraTS_2019_subject_ID"):
-        if column not in table.columns:
-            raise UserError(f"{path}: no {column} column (columns: {list(table.columns)})")
+    if "BraTS_2019_subject_ID" not in table.columns:
+        raise UserError(f"{path}: no BraTS_2019_subject_ID column (columns: {list(table.columns)})")
     if table["BraTS_2019_subject_ID"].duplicated().any():
         raise UserError(f"{path}: duplicate BraTS_2019_subject_ID rows")
     return table.set_index("BraTS_2019_subject_ID")
@@ -130,7 +155,7 @@ def _subgroup_rows(cases: Sequence[BratsCase], mapping: pd.DataFrame | None,
         centre = "TCIA" if institution.upper().startswith("TCIA") else "other"
         if mapping is not None and case.case in mapping.index:
             row = mapping.loc[case.case]
-            if str(row["Grade"]).strip().upper() != case.grade:
+            if case.grade and "Grade" in row.index and str(row["Grade"]).strip().upper() != case.grade:
                 raise UserError(f"{mapping_path}: {case.case} has grade {row['Grade']} but lies in "
                                 f"{case.grade}/")
             # Either source saying TCIA is enough: the mapping also covers 2013-era TCIA cases.
@@ -156,12 +181,13 @@ def _convert_label(source: Path, target: Path) -> None:
 
 def convert_brats19(input_dir: Path, dataset_id: int, name: str = "BraTS2019",
                     test_cases: Sequence[str] = (), test_fraction: float = 0.0, seed: int = 0,
-                    overwrite: bool = False,
+                    validation_dir: Path | None = None, overwrite: bool = False,
                     progress: Callable[[str], None] = lambda message: None) -> Path:
     """Convert BraTS 2019 training data to ``$nnUNet_raw/DatasetXXX_<name>``; return the folder.
 
     Held-out cases (``test_cases`` or a ``test_fraction`` stratified by grade and centre) go to
-    imagesTs with their labels in labelsTs.
+    imagesTs with their labels in labelsTs; unlabelled validation cases (``validation_dir``) go
+    to imagesTs only.
 
     Example (shell): ``nnunet_dro convert-brats19 MICCAI_BraTS_2019_Data_Training -d 219``.
     """
@@ -174,20 +200,32 @@ def convert_brats19(input_dir: Path, dataset_id: int, name: str = "BraTS2019",
     strata = (table["grade"] + "/" + table["centre"]).tolist()
     held_out = choose_test_cases(table["case"].tolist(), strata, test_fraction, test_cases, seed)
     table["split"] = [TEST if c in held_out else TRAIN for c in table["case"]]
+    if validation_dir is not None:
+        extra = find_validation_cases(Path(validation_dir))
+        clash = sorted({c.case for c in extra} & set(table["case"]))
+        if clash:
+            raise UserError(f"{validation_dir}: case IDs {clash[:5]} are also training cases")
+        mapping, path = _validation_mapping(Path(validation_dir))
+        table = pd.concat([table, _subgroup_rows(extra, mapping, path).assign(split=VALIDATION)],
+                          ignore_index=True)
+        cases = cases + extra
 
     for case in cases:  # header checks before any copying
         reference = read_image_info(case.images[0])
-        for path in case.images[1:] + (case.label,):
+        for path in case.images[1:] + ((case.label,) if case.label else ()):
             mismatch = reference.same_grid(read_image_info(path))
             if mismatch:
                 raise UserError(f"{path}: {mismatch}")
 
     with raw_dataset_output(dataset_id, name, num_channels=4, overwrite=overwrite) as writer:
         for number, (case, split) in enumerate(zip(cases, table["split"]), start=1):
-            progress(f"[{number}/{len(cases)}] {case.case} ({case.grade}, {split})")
-            _convert_label(case.label, writer.label_path(case.case, split))
+            progress(f"[{number}/{len(cases)}] {case.case} ({case.grade or 'grade unknown'}, "
+                     f"{split})")
+            folder_split = TEST if split == VALIDATION else split
+            if case.label is not None:
+                _convert_label(case.label, writer.label_path(case.case, folder_split))
             for channel, image in enumerate(case.images):
-                writer.copy_image(case.case, channel, image, split)
+                writer.copy_image(case.case, channel, image, folder_split)
         writer.finish(channel_names=CHANNEL_NAMES, labels=REGION_LABELS, subgroups=table,
                       regions_class_order=REGIONS_CLASS_ORDER, dataset_name=name,
                       description="BraTS 2019 training data converted by nnunet_dro "

@@ -239,9 +239,15 @@ def convert_feta(input_dir: Path, dataset_id: int, name: str = "FeTA",
         image_info, label_info = read_image_info(subject.image), read_image_info(subject.label)
         if image_info.components != 1:
             raise UserError(f"{subject.image}: expected one channel, found {image_info.components}")
-        mismatch = image_info.same_grid(label_info)
+        # Like nnU-Net's integrity check: shape and spacing must agree; a different origin or
+        # direction is only noted, as the label is rewritten with the image's geometry anyway.
+        mismatch = image_info.same_grid(label_info, aspects=("spacing",))
         if mismatch:
             raise UserError(f"{subject.label}: {mismatch}")
+        placement = image_info.same_grid(label_info, aspects=("origin", "direction"))
+        if placement:
+            progress(f"note: {subject.label.name}: {placement}; the label takes the image's "
+                     f"geometry")
         grids[subject.participant_id] = image_info
 
     labels = THREE_REGION_LABELS if three_regions else FETA_LABELS

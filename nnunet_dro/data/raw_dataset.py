@@ -82,11 +82,15 @@ class ImageInfo:
     direction: tuple[float, ...]
     components: int
 
-    def same_grid(self, other: "ImageInfo", tolerance: float = 1e-3) -> str | None:
-        """None if both images share a voxel grid, else a short description of the difference."""
+    def same_grid(self, other: "ImageInfo", tolerance: float = 1e-3,
+                  aspects: tuple[str, ...] = ("spacing", "origin", "direction")) -> str | None:
+        """None if both images share a voxel grid, else a short description of the difference.
+
+        The shape always counts; ``aspects`` chooses which of spacing, origin and direction do.
+        """
         if self.size != other.size:
             return f"shape {other.size} differs from {self.size} of {self.path.name}"
-        for what in ("spacing", "origin", "direction"):
+        for what in aspects:
             mine, theirs = np.asarray(getattr(self, what)), np.asarray(getattr(other, what))
             scale = max(1.0, float(np.abs(mine).max(initial=0.0)))
             if not np.allclose(mine, theirs, atol=tolerance * scale, rtol=0):

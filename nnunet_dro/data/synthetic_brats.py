@@ -28,9 +28,9 @@ from typing import Callable, Mapping
 import numpy as np
 
 from nnunet_dro.data.brats import CHANNEL_NAMES, REGION_LABELS, REGIONS_CLASS_ORDER, legacy_to_nnunet
-from nnunet_dro.data.synthetic_common import (SyntheticCase, assign_groups, case_rng, ellipsoid,
-                                              finish_intensity, grid, random_warp, write_cohort)
-from nnunet_dro.data.synthetic_fetal import _check_sizes
+from nnunet_dro.data.synthetic_common import (SyntheticCase, assign_groups, case_rng,
+                                              check_cohort_size, ellipsoid, finish_intensity,
+                                              grid, random_warp, write_cohort)
 
 SITES = ("site_A", "site_B", "site_C")
 DEFAULT_TRAIN_FRACTIONS = {"site_A": 0.55, "site_B": 0.40, "site_C": 0.05}
@@ -125,7 +125,7 @@ def generate_brats_cohort(n_train: int = 40, n_test: int = 30, size: int = 32, s
     >>> len(cases[0].channels), sorted(set(np.unique(cases[0].label)) - {0, 1, 2, 3})
     (4, [])
     """
-    _check_sizes(n_train, n_test, size)
+    check_cohort_size(n_train, n_test, size)
     cases = []
     for index, (split, site) in enumerate(
             assign_groups(seed, n_train, n_test, train_fractions, test_fractions)):

@@ -158,6 +158,14 @@ def assign_groups(seed: int, n_train: int, n_test: int, train_fractions: Mapping
     return plan
 
 
+def check_cohort_size(n_train: int, n_test: int, size: int) -> None:
+    """UserError for case counts or a grid size the generators cannot honour."""
+    if n_train < 1 or n_test < 0:
+        raise UserError(f"need --n-train >= 1 and --n-test >= 0 (got {n_train}, {n_test})")
+    if not 16 <= size <= 256:
+        raise UserError(f"--size {size} is outside 16..256 voxels")
+
+
 def bias_field(rng: np.random.Generator, size: int, strength: float) -> np.ndarray:
     """A smooth multiplicative intensity inhomogeneity, exp(field) with |field| <= strength."""
     return np.exp(smooth_field(rng, size, strength, control_points=3))

@@ -38,9 +38,9 @@ from typing import Callable, Mapping
 import numpy as np
 
 from nnunet_dro.data.feta import FETA_LABELS
-from nnunet_dro.data.synthetic_common import (SyntheticCase, assign_groups, case_rng, ellipsoid,
-                                              finish_intensity, grid, random_warp, write_cohort)
-from nnunet_dro.errors import UserError
+from nnunet_dro.data.synthetic_common import (SyntheticCase, assign_groups, case_rng,
+                                              check_cohort_size, ellipsoid, finish_intensity,
+                                              grid, random_warp, write_cohort)
 
 CONDITIONS = ("control", "spina_bifida", "other")
 DEFAULT_TRAIN_FRACTIONS = {"control": 0.80, "spina_bifida": 0.12, "other": 0.08}
@@ -206,7 +206,7 @@ def generate_fetal_cohort(n_train: int = 40, n_test: int = 30, size: int = 32, s
     >>> [c.split for c in cases].count("test"), cases[0].channels[0].shape
     (3, (24, 24, 24))
     """
-    _check_sizes(n_train, n_test, size)
+    check_cohort_size(n_train, n_test, size)
     cases = []
     for index, (split, condition) in enumerate(
             assign_groups(seed, n_train, n_test, train_fractions, test_fractions)):
@@ -234,9 +234,3 @@ def make_fetal_dataset(dataset_id: int, name: str = "SyntheticFetal", n_train: i
                         description=f"synthetic fetal-brain-like cohort (seed {seed}, "
                                     f"{n_train} train / {n_test} test, {size}^3)")
 
-
-def _check_sizes(n_train: int, n_test: int, size: int) -> None:
-    if n_train < 1 or n_test < 0:
-        raise UserError(f"need --n-train >= 1 and --n-test >= 0 (got {n_train}, {n_test})")
-    if not 16 <= size <= 256:
-        raise UserError(f"--size {size} is outside 16..256 voxels")

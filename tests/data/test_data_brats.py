@@ -135,7 +135,7 @@ def _break(kind: str, root: Path) -> str:
         return "no HGG/ or LGG/ folder"
     if kind == "malformed mapping":
         (root / "name_mapping.csv").write_text("Grade;Subject\nHGG;x\n")
-        return "no Grade column"
+        return "no BraTS_2019_subject_ID column"
     raise AssertionError(kind)
 
 
@@ -165,3 +165,25 @@ def test_brats_stratified_test_fraction_keeps_each_stratum_in_training(tmp_path,
     ("BraTS19_CBICA_ABM_1", "CBICA"), ("BraTS19_TMC_11964_1", "TMC"), ("patient7", "unknown")])
 def test_brats_institution_from_case_id(case, expected):
     assert institution_from_case_id(case) == expected
+
+
+def test_brats_validation_set_goes_to_images_ts_without_labels(tmp_path, raw):
+    root = make_brats_tree(tmp_path)
+    validation = tmp_path / "MICCAI_BraTS_2019_Data_Validation"
+    for number, case in enumerate(["BraTS19_CBICA_AAM_1", "BraTS19_TCIA12_101_1"]):
+        for channel, modality in enumerate(MODALITIES):
+            data = np.random.default_rng([9, number, channel]).random(SHAPE).astype(np.float32)
+            _write(data, validation / case / f"{case}_{modality}.nii.gz")
+    (validation / "name_mapping_validation_data.csv").write_text(
+        "BraTS_2017_subject_ID,BraTS_2018_subject_ID,TCGA_TCIA_subject_ID,BraTS_2019_subject_ID\n"
+        "NA,NA,NA,BraTS19_CBICA_AAM_1\nNA,NA,TCGA-HT-7680,BraTS19_TCIA12_101_1\n")
+    target = convert_brats19(root, 223, test_cases=["BraTS19_2013_0_1"], validation_dir=validation)
+    dataset = json.loads((target / "dataset.json").read_text())
+    assert dataset["numTraining"] == 5 and dataset["numTest"] == 3
+    assert len(list((target / "imagesTs").glob("BraTS19_TCIA12_101_1_000?.nii.gz"))) == 4
+    assert sorted(p.name for p in (target / "labelsTs").iterdir()) == ["BraTS19_2013_0_1.nii.gz"]
+    table = pd.read_csv(target / "subgroups.tsv", sep="\t").set_index("case")
+    assert table.loc["BraTS19_TCIA12_101_1", ["centre", "split"]].tolist() == ["TCIA", "validation"]
+    assert pd.isna(table.loc["BraTS19_CBICA_AAM_1", "grade"])
+    with pytest.raises(UserError, match="also training cases"):
+        convert_brats19(root, 224, validation_dir=root / "HGG")

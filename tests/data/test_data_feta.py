@@ -232,3 +232,16 @@ def test_feta_site_column_and_header_variants(tmp_path, raw):
     table = pd.read_csv(convert_feta(root, 208) / "subgroups.tsv", sep="\t").set_index("case")
     assert table["centre"].to_dict() == {"sub-001": "ucsf", "sub-002": "zurich",
                                          "sub-003": "zurich", "sub-004": "vienna"}
+
+
+def test_feta_label_with_other_origin_takes_the_image_geometry(tmp_path, raw):
+    root = make_feta_tree(tmp_path / "feta")
+    label_path = next((root / "sub-003" / "anat").glob("*_dseg.nii.gz"))
+    label = sitk.ReadImage(str(label_path))
+    label.SetOrigin((0.0, 0.0, 0.0))
+    sitk.WriteImage(label, str(label_path))
+    notes: list[str] = []
+    target = convert_feta(root, 209, progress=notes.append)
+    assert any(n.startswith("note: sub-003_rec-mial_dseg.nii.gz: origin") for n in notes)
+    written = sitk.ReadImage(str(target / "labelsTr" / "sub-003.nii.gz"))
+    assert written.GetOrigin() == pytest.approx((-10.0, 5.0, 2.5))

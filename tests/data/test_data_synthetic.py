@@ -172,3 +172,12 @@ def test_make_synthetic_cli(tmp_path):
     assert bad_mix.returncode == 2 and "unknown group 'controls'" in bad_mix.stderr
     assert len(bad_mix.stderr.strip().splitlines()) == 1
 
+
+
+@pytest.mark.parametrize("n_train, n_test, size, message", [
+    (0, 5, 32, "need --n-train >= 1"), (5, -1, 32, "--n-test >= 0"),
+    (5, 5, 8, "--size 8 is outside 16..256"), (5, 5, 512, "--size 512 is outside")])
+@pytest.mark.parametrize("generate", [generate_fetal_cohort, generate_brats_cohort])
+def test_synthetic_rejects_bad_sizes(generate, n_train, n_test, size, message):
+    with pytest.raises(UserError, match=message):
+        generate(n_train, n_test, size, 0)

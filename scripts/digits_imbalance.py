@@ -44,11 +44,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="training seeds (network initialisation and draws; paired across methods)")
     parser.add_argument("--iterations", type=int, default=4000, help="SGD iterations per run")
     parser.add_argument("--eval-every", type=int, default=100, help="iterations between test evaluations")
-    parser.add_argument("--batch-size", type=int, default=digits.DEFAULT_BATCH_SIZE)
+    parser.add_argument("--batch-size", type=int, default=digits.DEFAULT_BATCH_SIZE,
+                        help="examples per SGD step (the paper does not state its batch size)")
     parser.add_argument("--lr", type=float, default=digits.DEFAULT_LR, help="SGD learning rate (no momentum)")
     parser.add_argument("--rare-fraction", type=float, default=digits.DEFAULT_RARE_FRACTION,
                         help="fraction of the training images of the rare digit that are kept")
-    parser.add_argument("--rare-class", type=int, default=digits.DEFAULT_RARE_CLASS)
+    parser.add_argument("--rare-class", type=int, default=digits.DEFAULT_RARE_CLASS, choices=range(10),
+                        metavar="DIGIT", help="the under-represented digit")
     parser.add_argument("--data-seed", type=int, default=0,
                         help="seed of the train/test split and of the kept rare images")
     parser.add_argument("--methods", nargs="+", default=list(digits.DEFAULT_METHODS),

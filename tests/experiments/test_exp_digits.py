@@ -82,7 +82,7 @@ def test_dro_method_weighs_against_stale_losses_then_updates(split):
         erm.close()
 
 
-def test_short_run_structure_and_paired_initialisation(split, tmp_path):
+def test_short_run_structure_and_paired_initialisation(split):
     torch.set_num_threads(1)
     runs = digits.run_experiment(split, ["erm", "dro-is-beta10"], seeds=[0, 1], iterations=25,
                                  eval_every=10)
@@ -106,13 +106,6 @@ def test_short_run_structure_and_paired_initialisation(split, tmp_path):
     assert (summary.seeds == 2).all()
     assert {"rare_acc_mean", "rare_acc_std", "acc_mean", "acc_std"} <= set(summary.columns)
 
-    paths = digits.write_outputs(runs, summary, tmp_path / "out", split, "header")
-    for path in paths.values():
-        assert path.stat().st_size > 0
-    assert "dro-is-beta10" in paths["summary.md"].read_text()
-    assert paths["learning_curves.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not list((tmp_path / "out").glob(".*.tmp"))  # nothing half-written left behind
-
 
 def _load_script():
     spec = importlib.util.spec_from_file_location("digits_imbalance_script", SCRIPT)
@@ -125,7 +118,8 @@ def _load_script():
                                         (["--rare-fraction", "1.5"], "--rare-fraction"),
                                         (["--iterations", "0"], "--iterations"),
                                         (["--lr", "-1"], "--lr"),
-                                        (["--methods", "nope"], "--methods")])
+                                        (["--methods", "nope"], "--methods"),
+                                        (["--rare-class", "11"], "--rare-class")])
 def test_script_rejects_bad_input_before_any_work(argv, flag, tmp_path, capsys):
     script = _load_script()
     with pytest.raises(SystemExit) as exit_info:
@@ -143,4 +137,9 @@ def test_script_end_to_end_in_a_subprocess(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "kept 5 of 146 training images of digit 3" in done.stdout
     assert "| dro-beta10 | 10 | off |" in done.stdout
-    assert (out / "learning_curves.png").exists() and (out / "summary.csv").exists()
+    for name in ("summary.csv", "summary.md", "runs.csv", "curves.csv", "learning_curves.png"):
+        assert (out / name).stat().st_size > 0
+    assert "| dro-beta10 | 10 | off |" in (out / "summary.md").read_text()
+    assert (out / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len((out / "runs.csv").read_text().splitlines()) == 1 + 2  # header + 2 methods x 1 seed
+    assert not list(out.glob(".*.tmp"))  # nothing half-written left behind

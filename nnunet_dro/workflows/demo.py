@@ -57,8 +57,16 @@ def trainer_names(budget: DemoBudget) -> dict[str, str]:
     return {"ERM": f"nnUNetTrainer_{budget.suffix}", "DRO": f"nnUNetTrainerDRO_{budget.suffix}"}
 
 
-def write_budget_trainers(folder: Path, budget: DemoBudget) -> None:
-    """A module for nnU-Net's nnUNet_extTrainer lookup with the two budget subclasses."""
+def write_budget_trainers(folder: Path, budget: DemoBudget, seed: int | None = None,
+                          final_validation: bool = True) -> None:
+    """A module for nnU-Net's nnUNet_extTrainer lookup with the two budget subclasses.
+
+    ``seed`` (optional): both trainers seed torch right before nnU-Net builds the network, so the
+    two arms start from the same initial weights, and DRO's sampler draws from that seed (the
+    data-augmentation workers stay unseeded, as in nnU-Net).
+    ``final_validation=False`` skips nnU-Net's validation at the end of training (with fold
+    ``all`` it only re-predicts the training cases; benchmarks evaluate the test set instead).
+    """
     names = trainer_names(budget)
     body = [
         '"""Written by `nnunet_dro demo`: ERM and DRO trainers with the same small budget."""',
@@ -68,9 +76,10 @@ def write_budget_trainers(folder: Path, budget: DemoBudget) -> None:
         "",
     ]
     for base, name in (("nnUNetTrainer", names["ERM"]), ("nnUNetTrainerDRO", names["DRO"])):
+        body += ["", f"class {name}({base}):"]
+        if seed is not None and base == "nnUNetTrainerDRO":
+            body += [f"    dro_seed = {int(seed)}", ""]
         body += [
-            "",
-            f"class {name}({base}):",
             "    def __init__(self, plans, configuration, fold, dataset_json, device=torch.device('cuda')):",
             "        super().__init__(plans, configuration, fold, dataset_json, device)",
             f"        self.num_epochs = {budget.epochs}",
@@ -78,11 +87,24 @@ def write_budget_trainers(folder: Path, budget: DemoBudget) -> None:
             f"        self.num_val_iterations_per_epoch = {budget.val_iterations_per_epoch}",
             "",
         ]
+        if not final_validation:
+            body += [
+                "    def perform_actual_validation(self, save_probabilities=False):",
+                "        self.print_to_log_file('final validation skipped (write_budget_trainers)')",
+                "",
+            ]
+        if seed is not None:
+            body += [
+                "    def initialize(self):",
+                f"        torch.manual_seed({int(seed)})  # same initial weights in both arms",
+                "        super().initialize()",
+                "",
+            ]
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "nnunet_dro_demo_trainers.py", "\n".join(body))
 
 
-_PROGRESS_MARKERS = ("Epoch ", "train_loss", "val_loss", "Pseudo dice", "Epoch time", "DRO", "dro",
+_PROGRESS_MARKERS = ("Epoch ", "train_loss", "val_loss", "Pseudo dice", "Epoch time", "DRO:",
                      "Error", "error", "Traceback", "Training done", "Predicting", "Done with")
 
 
@@ -131,7 +153,8 @@ def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: DemoBudget =
                    ["-d", str(DATASET_ID), "-c", CONFIGURATION, "-np", "2", "--verify_dataset_integrity"],
                    env, echo=None, log_file=log_file)
 
-    write_budget_trainers(out / "trainers", budget)
+    # fold "all" validates on its own training cases: skip that, the test set is evaluated below
+    write_budget_trainers(out / "trainers", budget, final_validation=False)
     for method, trainer in names.items():
         step(3, f"nnUNetv2_train {DATASET_ID} {CONFIGURATION} {FOLD} -tr {trainer} "
                 f"({budget.epochs} epochs x {budget.iterations_per_epoch} iterations) [{method}]")

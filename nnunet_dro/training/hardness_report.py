@@ -59,30 +59,35 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
     import matplotlib
     matplotlib.use("agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     epochs = list(history.get("epoch", []))
-    fig, axes = plt.subplots(4, 1, figsize=(12, 14), sharex=True)
     panels = [
         ("entropy", "entropy of p (nats)", math.log(num_cases) if num_cases > 0 else None, "uniform: log n"),
         ("effective_sample_size", "effective sample size 1/sum(p^2)", num_cases, "uniform: n"),
         ("max_probability", "max p", 1.0 / num_cases if num_cases > 0 else None, "uniform: 1/n"),
         ("clipped_fraction", "fraction of clipped importance weights", None, None),
     ]
-    for ax, (key, label, reference, reference_label) in zip(axes, panels):
-        values = np.asarray(history.get(key, []), dtype=np.float64)
-        if len(values) == len(epochs) and len(epochs) > 0:
-            ax.plot(epochs, values, color="b", marker="o" if len(epochs) < 30 else None, linewidth=2, label=label)
-        if reference is not None:
-            ax.axhline(reference, color="grey", ls="--", label=reference_label)
-        ax.set_ylabel(label)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="best")
-        ax.grid(alpha=0.3)
-    axes[-1].set_xlabel("epoch")
-    axes[0].set_title(f"Hardness weighted sampling over {num_cases} training cases")
-    fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png")
-    finally:
-        plt.close(fig)
+    # nnU-Net's logger switches seaborn's large-font style on globally: draw in matplotlib's default
+    with plt.style.context("default"):
+        fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
+        for ax, (key, title, reference, reference_label) in zip(axes, panels):
+            values = np.asarray(history.get(key, []), dtype=np.float64)
+            if len(values) == len(epochs) and len(epochs) > 0:
+                ax.plot(epochs, values, color="tab:blue", marker="o" if len(epochs) < 30 else None, linewidth=2)
+                if key == "clipped_fraction" and np.isnan(values).all():
+                    ax.text(0.5, 0.5, "importance sampling off", transform=ax.transAxes, ha="center")
+            if reference is not None:
+                ax.axhline(reference, color="grey", ls="--", label=reference_label)
+                ax.legend(loc="best")
+            ax.set_title(title, fontsize=11)
+            ax.grid(alpha=0.3)
+        axes[-1].set_xlabel("epoch")
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.suptitle(f"Hardness weighted sampling over {num_cases} training cases")
+        fig.tight_layout()
+        try:
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format="png")
+        finally:
+            plt.close(fig)

@@ -19,8 +19,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 TRAINER = "nnUNetTrainerDRO_e2eTest"
 
 
-def train_env(ds, test_trainer_dir, num_epochs):
+def train_env(ds, test_trainer_dir, num_epochs, skip_final_validation=True):
     env = dict(ds.env)
+    env["DRO_TEST_SKIP_FINAL_VALIDATION"] = "1" if skip_final_validation else "0"
     env["nnUNet_extTrainer"] = os.pathsep.join([TRAINER_DIR, str(test_trainer_dir)])
     env["DRO_TEST_NUM_EPOCHS"] = str(num_epochs)
     return env
@@ -83,7 +84,7 @@ def test_label_dataset_train_resume_validate_predict(label_dataset, test_trainer
 
     # 3) validation only, exporting probabilities
     run_cli([BIN / "nnUNetv2_train", ds.dataset_id, "3d_fullres", 0, "-tr", TRAINER, "-device", "cpu",
-             "--val", "--npz"], train_env(ds, test_trainer_dir, num_epochs=2))
+             "--val", "--npz"], train_env(ds, test_trainer_dir, num_epochs=2, skip_final_validation=False))
     assert list((folder / "validation").glob("*.npz")) and (folder / "validation" / "summary.json").is_file()
     run_cli([BIN / "nnUNetv2_find_best_configuration", ds.dataset_id, "-c", "3d_fullres", "-tr", TRAINER,
              "-f", 0, "--disable_ensembling", "-np", 1], train_env(ds, test_trainer_dir, num_epochs=2))

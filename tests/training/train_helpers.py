@@ -35,6 +35,13 @@ class nnUNetTrainerDRO_e2eTest(nnUNetTrainerDRO):
         self.num_val_iterations_per_epoch = 1
         self.save_every = 1
 
+    def perform_actual_validation(self, save_probabilities: bool = False):
+        # the e2e tests run nnU-Net's full validation once, through --val --npz (saves minutes)
+        if os.environ.get('DRO_TEST_SKIP_FINAL_VALIDATION') == '1':
+            self.print_to_log_file('e2e test: final validation skipped')
+            return
+        super().perform_actual_validation(save_probabilities)
+
     def _create_sampler(self, case_ids):
         super()._create_sampler(case_ids)
         # the loss vector the data-augmentation workers start from (checked by the resume test)

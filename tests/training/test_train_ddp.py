@@ -1,0 +1,74 @@
+"""DDP: ranks all-gather their (case, loss) pairs each iteration and so hold the same loss vector.
+
+nnU-Net's own DDP path needs CUDA (NCCL); here two real processes join a CPU (gloo) process group
+and run the trainer's sampler update with different, unevenly sized batches.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow  # two spawned processes import torch and nnU-Net
+
+from nnunet_dro.sampling import HardnessWeightedSampler
+from nnunet_dro.training import nnUNetTrainerDRO
+
+WORLD = 2
+STEPS = 4
+NUM_CASES = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, port: int, results) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        # own RNG stream per rank (seed + rank, as the trainer does with dro_seed)
+        sampler = HardnessWeightedSampler(NUM_CASES, beta=100.0, init_loss=np.linspace(0.5, 1.0, NUM_CASES),
+                                          seed=123 + rank)
+        trainer_view = SimpleNamespace(is_ddp=True, dro_sampler=sampler, dro_importance_sampling=True,
+                                       dro_beta=100.0, dro_clip=(0.1, 10.0), _dro_epoch_num_weights=0,
+                                       _dro_epoch_num_clipped=0)
+        rng = np.random.default_rng(rank)
+        drawn = []
+        for _ in range(STEPS):
+            idx = sampler.sample(2 + rank)  # nnU-Net splits the global batch unevenly across ranks
+            drawn.append(idx.tolist())
+            nnUNetTrainerDRO._update_sampler(trainer_view, idx, rng.uniform(-1.0, 0.0, idx.size))
+        results.put((rank, np.array(sampler.losses), np.array(sampler.draw_counts),
+                     trainer_view._dro_epoch_num_weights, drawn))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_hold_the_same_loss_vector_after_all_gathered_updates():
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank_main, args=(r, port, results)) for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    try:
+        out = sorted(results.get(timeout=240) for _ in range(WORLD))
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+    assert all(p.exitcode == 0 for p in procs)
+    (_, losses0, counts0, weights0, drawn0), (_, losses1, counts1, weights1, drawn1) = out
+    np.testing.assert_array_equal(losses0, losses1)
+    np.testing.assert_array_equal(counts0, counts1)
+    assert counts0.sum() == STEPS * (2 + 3)          # every rank saw every rank's pairs
+    assert weights0 == weights1 == STEPS * (2 + 3)    # clipped-weight statistics are global too
+    assert drawn0 != drawn1                           # but each rank draws from its own stream

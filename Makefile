@@ -22,5 +22,4 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 demo: $(STAMP)
-	$(BIN)/python scripts/benchmark_sampler.py
-	$(BIN)/python scripts/digits_imbalance.py
+	$(BIN)/nnunet_dro demo

@@ -149,9 +149,11 @@ def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: DemoBudget =
     step(2, "nnUNetv2_plan_and_preprocess")
     preprocessed = Path(env["nnUNet_preprocessed"]) / raw.name
     if not (preprocessed / "nnUNetPlans.json").is_file():
+        # nnU-Net's planner calls torch.set_num_threads(nnUNet_n_proc_DA), which fails for 0
+        plan_env = {**env, "nnUNet_n_proc_DA": str(max(1, int(env["nnUNet_n_proc_DA"])))}
         run_nnunet("nnUNetv2_plan_and_preprocess",
                    ["-d", str(DATASET_ID), "-c", CONFIGURATION, "-np", "2", "--verify_dataset_integrity"],
-                   env, echo=None, log_file=log_file)
+                   plan_env, echo=None, log_file=log_file)
 
     # fold "all" validates on its own training cases: skip that, the test set is evaluated below
     write_budget_trainers(out / "trainers", budget, final_validation=False)

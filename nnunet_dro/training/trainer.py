@@ -52,6 +52,7 @@ from nnunetv2.utilities.default_n_proc_DA import get_allowed_n_proc_DA
 from nnunetv2.utilities.helpers import dummy_context
 
 from nnunet_dro.sampling import (HardnessWeightedSampler, all_gather_updates, kl_dro_objective)
+from nnunet_dro.sampling.distributions import chi2_dro_objective
 from nnunet_dro.training.dataloading import nnUNetDataLoaderDRO
 from nnunet_dro.training.hardness_report import (HARDNESS_CSV, PROGRESS_PNG, hardness_table,
                                                  plot_dro_progress, write_hardness_csv)
@@ -60,6 +61,8 @@ from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_d
 #: Checkpoint key of the sampler state (stale losses, draw counts, RNG state, statistics).
 DRO_STATE_KEY = "dro_state"
 DRO_STATE_VERSION = 1
+#: L_init: above any per-case value of nnU-Net's losses, so every case is drawn once early.
+DEFAULT_INIT_LOSS = 100.0
 
 HISTORY_KEYS = ("epoch", "entropy", "max_entropy", "effective_sample_size", "max_probability",
                 "clipped_fraction", "num_weights", "robust_loss", "mean_stale_loss", "num_skipped", "hardest")
@@ -124,16 +127,70 @@ class nnUNetTrainerConfigurableSGD(nnUNetTrainer):
         return optimizer, lr_scheduler
 
 
-class nnUNetTrainerDRO(nnUNetTrainerConfigurableSGD):
+class nnUNetTrainerPerSampleLoss(nnUNetTrainerConfigurableSGD):
+    """Base of the trainers that weight cases: ``self.per_sample_loss`` is the per-sample twin of
+    nnU-Net's loss (shape ``(b,)``; nnU-Net's own ``self.loss`` is kept for validation), and
+    :meth:`_optimizer_step` is nnU-Net's backward/step (GradScaler on CUDA, gradient clipping at 12)."""
+
+    def _build_loss(self):
+        loss = super()._build_loss()  # nnU-Net's loss: kept for validation and as the template
+        self.per_sample_loss = self._build_per_sample_loss(loss)
+        return loss
+
+    def _build_per_sample_loss(self, nnunet_loss: nn.Module) -> nn.Module:
+        """The per-sample twin of nnU-Net's loss; override for a custom loss (must return (b,))."""
+        per_sample = per_sample_loss_from_nnunet(nnunet_loss).to(self.device)
+        if self._do_i_compile():  # as nnU-Net compiles its Dice
+            inner = per_sample.loss if hasattr(per_sample, "weight_factors") else per_sample
+            inner.dc = torch.compile(inner.dc)
+        if uses_batch_dice(nnunet_loss):
+            self.print_to_log_file(
+                "This configuration uses batch Dice, which cannot be split per case. The per-case "
+                "losses that weight the cases (and drive any sampler) use per-sample Dice instead "
+                "(validation loss unchanged).")
+        return per_sample
+
+    def _to_device(self, batch: dict):
+        data = batch['data'].to(self.device, non_blocking=True)
+        target = batch['target']
+        if isinstance(target, list):
+            target = [i.to(self.device, non_blocking=True) for i in target]
+        else:
+            target = target.to(self.device, non_blocking=True)
+        return data, target
+
+    def _optimizer_step(self, l: torch.Tensor) -> None:
+        """nnU-Net's backward and optimiser step for the loss ``l`` (gradients already zeroed)."""
+        if self.grad_scaler is not None:
+            self.grad_scaler.scale(l).backward()
+            self.grad_scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.network.parameters(), 12)
+            self.grad_scaler.step(self.optimizer)
+            self.grad_scaler.update()
+        else:
+            l.backward()
+            torch.nn.utils.clip_grad_norm_(self.network.parameters(), 12)
+            self.optimizer.step()
+
+
+class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
     """nnU-Net training with hardness weighted sampling: the paper's setting (beta 100, importance
     sampling, weights clipped to [0.1, 10]). See the module docstring for what changes.
 
     Class attributes (set them in a subclass):
 
     - ``dro_beta``: inverse temperature of ``p = softmax(beta * L)``; ``beta -> 0`` is ERM.
+    - ``dro_divergence``: ``"kl"`` (Algorithm 1) or ``"chi2"`` (paper 001's Pearson chi-square
+      rule ``p_i = max(0, 1 + beta (L_i - lam)) / n``, see
+      :class:`~nnunet_dro.sampling.HardnessWeightedSampler`).
+    - ``dro_warmup``: start with a uniform pass that gives every case a fresh loss before the
+      hardness sampling starts (importance weights are 1 during it).
     - ``dro_importance_sampling`` / ``dro_clip``: the clipped importance weights.
-    - ``dro_init_loss``: initial stale loss; ``None`` = ``max(1, ln(number of outputs))``, above
-      the loss of an untrained network, so every case is visited early.
+    - ``dro_init_loss``: initial stale loss ``L_init`` of Algorithm 1, "the largest plausible
+      loss": ``None`` = 100, far above any per-case Dice + CE/BCE value of nnU-Net (an untrained
+      network gives about 1-3), so the first draws sweep the cases not yet seen before hardness
+      takes over (a lower value such as ln(number of classes) lets the first cases drawn, whose
+      untrained losses exceed it, take all the probability at beta = 100).
     - ``dro_seed``: base seed of the draws (rank ``r`` uses ``seed + r``); ``None`` = fresh entropy.
     - ``dro_num_hardest_logged``: how many hardest cases the log lists each epoch.
     - ``dro_write_report_every_epoch``: refresh ``dro_hardness.csv``/``dro_progress.png`` each epoch
@@ -141,6 +198,8 @@ class nnUNetTrainerDRO(nnUNetTrainerConfigurableSGD):
     """
 
     dro_beta: float = 100.0
+    dro_divergence: str = "kl"
+    dro_warmup: bool = False
     dro_importance_sampling: bool = True
     dro_clip: Tuple[float, float] = (0.1, 10.0)
     dro_init_loss: Optional[float] = None
@@ -163,34 +222,18 @@ class nnUNetTrainerDRO(nnUNetTrainerConfigurableSGD):
         self._dro_epoch_num_clipped = 0
 
     # ------------------------------------------------------------------ set-up
-    def _build_loss(self):
-        loss = super()._build_loss()  # nnU-Net's loss: kept for validation and as the template
-        self.per_sample_loss = self._build_per_sample_loss(loss)
-        return loss
-
-    def _build_per_sample_loss(self, nnunet_loss: nn.Module) -> nn.Module:
-        """The per-sample twin of nnU-Net's loss; override for a custom loss (must return (b,))."""
-        per_sample = per_sample_loss_from_nnunet(nnunet_loss).to(self.device)
-        if self._do_i_compile():  # as nnU-Net compiles its Dice
-            inner = per_sample.loss if hasattr(per_sample, "weight_factors") else per_sample
-            inner.dc = torch.compile(inner.dc)
-        if uses_batch_dice(nnunet_loss):
-            self.print_to_log_file(
-                "DRO: this configuration uses batch Dice, which cannot be split per case. The per-case "
-                "losses that drive the sampler and the training step use per-sample Dice instead "
-                "(validation loss unchanged).")
-        return per_sample
-
     def initialize(self):
         super().initialize()
         self.print_to_log_file(
-            f"DRO: hardness weighted sampling with beta={self.dro_beta}, importance sampling="
+            f"DRO: hardness weighted sampling ({self.dro_divergence} divergence"
+            + (", uniform warm-up pass first" if self.dro_warmup else "")
+            + f") with beta={self.dro_beta}, importance sampling="
             f"{'on' if self.dro_importance_sampling else 'off'}"
             + (f" (weights clipped to [{self.dro_clip[0]}, {self.dro_clip[1]}])" if self.dro_importance_sampling else "")
             + f", SGD momentum={self.sgd_momentum}, nesterov={self.sgd_nesterov and self.sgd_momentum > 0}")
 
     def _default_init_loss(self) -> float:
-        return max(1.0, math.log(max(2, self.label_manager.num_segmentation_heads)))
+        return DEFAULT_INIT_LOSS
 
     def _create_sampler(self, case_ids: Sequence[str]) -> None:
         """Create the shared sampler over the fold's training cases; apply a checkpoint's state."""
@@ -201,7 +244,8 @@ class nnUNetTrainerDRO(nnUNetTrainerConfigurableSGD):
         init = self._default_init_loss() if self.dro_init_loss is None else float(self.dro_init_loss)
         self.dro_sampler = HardnessWeightedSampler(
             len(self.dro_case_ids), beta=self.dro_beta, init_loss=init,
-            importance_sampling=self.dro_importance_sampling, clip=tuple(self.dro_clip), seed=seed, shared=True)
+            importance_sampling=self.dro_importance_sampling, clip=tuple(self.dro_clip), seed=seed, shared=True,
+            divergence=self.dro_divergence, warmup=self.dro_warmup)
         if self._dro_pending_state is not None:
             self._apply_dro_state(self._dro_pending_state)
             self._dro_pending_state = None
@@ -279,17 +323,10 @@ class nnUNetTrainerDRO(nnUNetTrainerConfigurableSGD):
                                f"fold {self.fold}") from None
 
     def train_step(self, batch: dict) -> dict:
-        data = batch['data']
-        target = batch['target']
         indices = self._batch_indices(batch['keys'])
         # stale losses of the drawn cases: a tiny host->device copy, queued before the forward pass
         stale = torch.from_numpy(self.dro_sampler.losses[indices].astype(np.float32))
-
-        data = data.to(self.device, non_blocking=True)
-        if isinstance(target, list):
-            target = [i.to(self.device, non_blocking=True) for i in target]
-        else:
-            target = target.to(self.device, non_blocking=True)
+        data, target = self._to_device(batch)
         stale = stale.to(self.device, non_blocking=True)
 
         self.optimizer.zero_grad(set_to_none=True)
@@ -298,21 +335,11 @@ class nnUNetTrainerDRO(nnUNetTrainerConfigurableSGD):
             output = self.network(data)
             per_sample = self.per_sample_loss(output, target)
             if self.dro_importance_sampling:
-                weights = importance_weights_torch(per_sample.detach(), stale, self.dro_beta, self.dro_clip)
+                weights = self._importance_weights(per_sample.detach(), stale, indices)
                 l = (weights * per_sample).mean()
             else:
                 l = per_sample.mean()
-
-        if self.grad_scaler is not None:
-            self.grad_scaler.scale(l).backward()
-            self.grad_scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.network.parameters(), 12)
-            self.grad_scaler.step(self.optimizer)
-            self.grad_scaler.update()
-        else:
-            l.backward()
-            torch.nn.utils.clip_grad_norm_(self.network.parameters(), 12)
-            self.optimizer.step()
+        self._optimizer_step(l)
 
         # the one device->host transfer of the step (nnU-Net does the same for its scalar loss)
         fresh = per_sample.detach().cpu().numpy().astype(np.float64)
@@ -320,10 +347,27 @@ class nnUNetTrainerDRO(nnUNetTrainerConfigurableSGD):
         # report the unweighted mean so that train_loss stays comparable with nnU-Net's
         return {'loss': np.array(fresh.mean())}
 
+    def _importance_weights(self, fresh: torch.Tensor, stale: torch.Tensor, indices: np.ndarray) -> torch.Tensor:
+        """Importance weights of the batch: 1 during the warm-up pass; for KL on the device without
+        a host sync; for chi2 from the sampler (its weights need the threshold; one small sync)."""
+        if self.dro_sampler.in_warmup:
+            return torch.ones_like(fresh)
+        if self.dro_divergence == "kl":
+            return importance_weights_torch(fresh, stale, self.dro_beta, self.dro_clip)
+        w = self.dro_sampler.importance_weights(indices, fresh.float().cpu().numpy().astype(np.float64))
+        return torch.from_numpy(w.astype(np.float32)).to(fresh.device)
+
     def _update_sampler(self, indices: np.ndarray, fresh: np.ndarray) -> None:
         """Gather the (case, loss) pairs of all ranks, count clipped weights, then ``L_i <- l_i``."""
         all_indices, all_fresh = all_gather_updates(indices, fresh) if self.is_ddp else (indices, fresh)
-        if self.dro_importance_sampling:
+        if self.dro_importance_sampling and (self.dro_sampler.in_warmup or self.dro_divergence != "kl"):
+            # weights 1 during the warm-up (never clipped); chi2: count the sampler's clipped ratios
+            finite = np.isfinite(all_fresh)
+            if not self.dro_sampler.in_warmup:
+                w = self.dro_sampler.importance_weights(all_indices[finite], all_fresh[finite])
+                self._dro_epoch_num_clipped += int(np.count_nonzero((w <= self.dro_clip[0]) | (w >= self.dro_clip[1])))
+            self._dro_epoch_num_weights += int(finite.sum())
+        elif self.dro_importance_sampling:
             finite = np.isfinite(all_fresh)
             with np.errstate(invalid="ignore"):
                 log_w = self.dro_beta * (all_fresh[finite] - self.dro_sampler.losses[all_indices[finite]])
@@ -353,7 +397,8 @@ class nnUNetTrainerDRO(nnUNetTrainerConfigurableSGD):
             "max_probability": stats["max_probability"],
             "clipped_fraction": clipped,
             "num_weights": int(self._dro_epoch_num_weights),
-            "robust_loss": kl_dro_objective(s.losses, self.dro_beta),
+            "robust_loss": (chi2_dro_objective if self.dro_divergence == "chi2" else kl_dro_objective)(
+                s.losses, self.dro_beta),
             "mean_stale_loss": float(np.mean(s.losses)),
             "num_skipped": int(stats["num_skipped"]),
             "hardest": hardest,
@@ -408,7 +453,7 @@ class nnUNetTrainerDRO(nnUNetTrainerConfigurableSGD):
             "sampler": self.dro_sampler.state_dict(),
             "history": deepcopy(self._dro_history),
             "config": {"beta": self.dro_beta, "importance_sampling": self.dro_importance_sampling,
-                       "clip": tuple(self.dro_clip)},
+                       "clip": tuple(self.dro_clip), "divergence": self.dro_divergence, "warmup": self.dro_warmup},
         }
 
     def save_checkpoint(self, filename: str) -> None:

@@ -41,6 +41,8 @@ def register(subparsers) -> None:
                         help="checkpoint name. Default: checkpoint_final.pth")
     parser.add_argument("-device", default="cuda", choices=["cuda", "cpu", "mps"],
                         help="device for nnUNetv2_predict. Default: cuda")
+    parser.add_argument("--disable_tta", action="store_true",
+                        help="no test-time mirroring in nnUNetv2_predict (faster, slightly less accurate)")
     parser.add_argument("-npp", type=int, default=3, help="nnUNetv2_predict preprocessing processes. Default: 3")
     parser.add_argument("-nps", type=int, default=3, help="nnUNetv2_predict export processes. Default: 3")
     parser.add_argument("-np", dest="num_processes", type=int, default=2,
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         nnunet_environment(), args.dataset_id, args.images, args.output, members,
         configuration=args.configuration, plans=args.plans, folds=args.folds, combine=combine,
         per_fold=args.per_fold, device=args.device, checkpoint=args.checkpoint, npp=args.npp, nps=args.nps,
-        num_processes=args.num_processes, evaluation=evaluation)
+        num_processes=args.num_processes, evaluation=evaluation, tta=not args.disable_tta)
     for name, folder in folders.items():
         print(f"{name}: {folder}")
     if result is not None:

@@ -112,13 +112,16 @@ def predict(env: Mapping[str, str], dataset_id: int, configuration: str, images:
             trainer: str, folds: Sequence[str], plans: str = "nnUNetPlans", device: str = "cuda",
             save_probabilities: bool = False, checkpoint: str = "checkpoint_final.pth",
             npp: int = 3, nps: int = 3, echo: Callable[[str], None] | None = print,
-            log_file: str | None = None) -> Path:
-    """``nnUNetv2_predict`` of one trainer (its folds averaged) into ``target``."""
+            log_file: str | None = None, tta: bool = True) -> Path:
+    """``nnUNetv2_predict`` of one trainer (its folds averaged) into ``target``; ``tta=False``
+    passes ``--disable_tta`` (no mirroring: about 8x faster in 3D, slightly less accurate)."""
     args = ["-i", images, "-d", str(dataset_id), "-c", configuration, "-tr", trainer, "-p", plans,
             "-f", *folds, "-device", device, "-chk", checkpoint, "-npp", str(npp), "-nps", str(nps),
             "--disable_progress_bar"]
     if save_probabilities:
         args.append("--save_probabilities")
+    if not tta:
+        args.append("--disable_tta")
     return _finished_folder(target, lambda tmp: run_nnunet("nnUNetv2_predict", ["-o", str(tmp), *args],
                                                            env, echo=echo, log_file=log_file))
 
@@ -136,7 +139,7 @@ def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: s
                  plans: str = "nnUNetPlans", folds: Sequence[str] = ("0", "1", "2", "3", "4"),
                  combine: Sequence[Sequence[str]] = (), per_fold: bool = False, device: str = "cuda",
                  checkpoint: str = "checkpoint_final.pth", npp: int = 3, nps: int = 3,
-                 num_processes: int = 2, evaluation: Mapping | None = None,
+                 num_processes: int = 2, evaluation: Mapping | None = None, tta: bool = True,
                  echo: Callable[[str], None] | None = print):
     """Predict every member (fold ensemble, optionally single folds), build the requested
     cross-trainer ensembles and, if ``evaluation`` holds keyword arguments for
@@ -160,7 +163,7 @@ def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: s
         folders[member.name] = predict(
             env, dataset_id, configuration, images, output / "predictions" / member.name, member.trainer,
             folds, plans, device, member.name in needs_probabilities, checkpoint, npp, nps,
-            echo=None, log_file=log_file)
+            echo=None, log_file=log_file, tta=tta)
     if per_fold and len(folds) > 1:
         for member in members:
             for fold in folds:
@@ -168,7 +171,7 @@ def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: s
                 say(f"[ensemble] predicting {name}")
                 folders[name] = predict(env, dataset_id, configuration, images, output / "predictions" / name,
                                         member.trainer, [fold], plans, device, False, checkpoint, npp, nps,
-                                        echo=None, log_file=log_file)
+                                        echo=None, log_file=log_file, tta=tta)
     for combo in combine:
         name = "+".join(combo)
         say(f"[ensemble] averaging probabilities of {name}")

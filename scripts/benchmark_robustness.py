@@ -59,7 +59,7 @@ import pandas as pd
 from nnunet_dro.atomic import write_text_atomic
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.stats import holm, paired_wilcoxon
-from nnunet_dro.workflows.demo import (CONFIGURATION, FOLD, DemoBudget, _progress_filter, _run_python_cli,
+from nnunet_dro.workflows.demo import (CONFIGURATION, FOLD, DemoBudget, progress_filter, run_python_cli,
                                        trainer_names, write_budget_trainers)
 from nnunet_dro.workflows.ensemble import Member, run_ensemble
 from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
@@ -117,7 +117,7 @@ def run_repetition(folder: Path, seed: int, budget: DemoBudget, cohort: dict, de
     started = time.perf_counter()
     if not (raw / "dataset.json").is_file():
         echo(f"  cohort: {cohort['n_train']} train + {cohort['n_test']} test cases of {cohort['size']}^3, seed {seed}")
-        _run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(DATASET_ID), "-n", DATASET_NAME,
+        run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(DATASET_ID), "-n", DATASET_NAME,
                          "--n-train", str(cohort["n_train"]), "--n-test", str(cohort["n_test"]),
                          "--size", str(cohort["size"]), "--seed", str(seed), "--overwrite"], env, log_file)
     subgroups = pd.read_csv(raw / "subgroups.tsv", sep="\t", dtype={"case": str})
@@ -133,7 +133,7 @@ def run_repetition(folder: Path, seed: int, budget: DemoBudget, cohort: dict, de
     names = trainer_names(budget)
     # fold "all" validates on the training cases: pointless here, and minutes of CPU per arm
     write_budget_trainers(folder / "trainers", budget, seed=seed, final_validation=False)
-    show = _progress_filter(echo)
+    show = progress_filter(echo)
     train_seconds = {}
     for arm in ARMS:
         trainer = names[arm]

@@ -108,7 +108,7 @@ _PROGRESS_MARKERS = ("Epoch ", "train_loss", "val_loss", "Pseudo dice", "Epoch t
                      "Error", "error", "Traceback", "Training done", "Predicting", "Done with")
 
 
-def _progress_filter(echo: Callable[[str], None]) -> Callable[[str], None]:
+def progress_filter(echo: Callable[[str], None]) -> Callable[[str], None]:
     """nnU-Net is chatty: show the lines that tell progress; the rest goes to the log file."""
     def show(line: str) -> None:
         if any(marker in line for marker in _PROGRESS_MARKERS):
@@ -132,14 +132,14 @@ def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: DemoBudget =
     raw = Path(env["nnUNet_raw"]) / f"Dataset{DATASET_ID:03d}_{DATASET_NAME}"
     names = trainer_names(budget)
     started = time.perf_counter()
-    show = _progress_filter(echo)
+    show = progress_filter(echo)
 
     def step(number: int, text: str) -> None:
         echo(f"[demo {number}/5 | {time.perf_counter() - started:6.0f} s] {text}")
 
     step(1, f"synthetic cohort: {n_train} training + {n_test} test cases of {size}^3 (seed {seed}) in {raw}")
     if not (raw / "dataset.json").is_file():
-        _run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(DATASET_ID), "-n", DATASET_NAME,
+        run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(DATASET_ID), "-n", DATASET_NAME,
                          "--n-train", str(n_train), "--n-test", str(n_test), "--size", str(size),
                          "--seed", str(seed)], env, log_file)
     subgroups = pd.read_csv(raw / "subgroups.tsv", sep="\t", dtype={"case": str})
@@ -208,7 +208,7 @@ def _print_hardest(fold_dir: Path, subgroups: pd.DataFrame, echo: Callable[[str]
     echo(merged.to_string(index=False))
 
 
-def _run_python_cli(args: list[str], env: dict[str, str], log_file: str) -> None:
+def run_python_cli(args: list[str], env: dict[str, str], log_file: str) -> None:
     """Our own CLI in a subprocess, with the demo's nnU-Net environment."""
     import subprocess
 

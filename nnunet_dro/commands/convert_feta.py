@@ -4,6 +4,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from nnunet_dro.commands.dataset_options import (add_dataset_arguments, add_test_split_arguments,
+                                                 conversion_options, input_dir_argument)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -11,38 +14,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Convert a FeTA BIDS folder (participants.tsv, sub-*/anat/*_T2w.nii.gz and "
                     "*_dseg.nii.gz) to $nnUNet_raw/DatasetXXX_NAME with subgroups.tsv "
                     "(condition, gestational_age, centre, reconstruction, split).")
-    parser.add_argument("input_dir", type=Path, metavar="INPUT_DIR",
-                        help="FeTA folder holding participants.tsv and the sub-* folders")
-    parser.add_argument("-d", dest="dataset_id", type=int, required=True, metavar="DATASET_ID",
-                        help="nnU-Net dataset ID (1-999) of the output")
-    parser.add_argument("-n", "--name", default="FeTA",
-                        help="dataset name after the ID (default: FeTA)")
+    input_dir_argument(parser, "FeTA folder holding participants.tsv and the sub-* folders")
+    add_dataset_arguments(parser, "FeTA")
     parser.add_argument("--three-regions", action="store_true",
                         help="merge the 7 FeTA labels into the paper's 3 tissues: 1 white "
                              "matter, 2 intra-axial CSF, 3 cerebellum (others -> background)")
     parser.add_argument("--conditions", type=Path, metavar="TABLE",
                         help="TSV/CSV with participant_id (or case) and condition columns that "
                              "overrides participants.tsv (e.g. spina bifida vs other)")
-    parser.add_argument("--test-cases", nargs="+", metavar="CASE",
-                        help="participant IDs to hold out in imagesTs/labelsTs (comma lists "
-                             "and @file accepted)")
-    parser.add_argument("--test-fraction", type=float, default=0.0,
-                        help="hold out this fraction of each condition instead (default 0)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of --test-fraction")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing dataset folder of the same ID and name")
+    add_test_split_arguments(parser, "condition")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.data.feta import convert_feta
-    from nnunet_dro.data.splits import parse_case_list
 
-    target = convert_feta(args.input_dir, args.dataset_id, args.name,
-                          three_regions=args.three_regions,
-                          test_cases=parse_case_list(args.test_cases),
-                          test_fraction=args.test_fraction, seed=args.seed,
-                          conditions=args.conditions, overwrite=args.overwrite,
-                          progress=lambda message: print(message, flush=True))
+    target = convert_feta(args.input_dir, args.dataset_id, args.name, three_regions=args.three_regions,
+                          conditions=args.conditions, **conversion_options(args))
     print(f"wrote {target} (dataset.json, subgroups.tsv)")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from nnunet_dro.commands.dataset_options import add_dataset_arguments
+
 KINDS = ("fetal", "brats")
 DEFAULT_NAMES = {"fetal": "SyntheticFetal", "brats": "SyntheticBraTS"}
 
@@ -18,11 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "BraTS-like tumours, sites site_A / site_B / site_C (site_C rare in train).")
     parser.add_argument("--kind", choices=KINDS, default="fetal",
                         help="which cohort (default: fetal)")
-    parser.add_argument("-d", dest="dataset_id", type=int, required=True, metavar="DATASET_ID",
-                        help="nnU-Net dataset ID (1-999) of the output")
-    parser.add_argument("-n", "--name", default=None,
-                        help="dataset name after the ID (default: SyntheticFetal / "
-                             "SyntheticBraTS)")
+    add_dataset_arguments(parser, None)
     parser.add_argument("--n-train", type=int, default=40, help="training cases (default 40)")
     parser.add_argument("--n-test", type=int, default=30, help="test cases (default 30)")
     parser.add_argument("--size", type=int, default=32,
@@ -34,8 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(brats default); normalised to sum to 1")
     parser.add_argument("--test-mix", metavar="GROUP=FRACTION,...",
                         help="group shares in test (default: equal shares)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing dataset folder of the same ID and name")
     parser.set_defaults(func=run)
 
 

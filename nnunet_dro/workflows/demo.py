@@ -203,7 +203,7 @@ def _print_hardest(fold_dir: Path, subgroups: pd.DataFrame, echo: Callable[[str]
         return
     hardness = pd.read_csv(report, dtype={"case": str})
     merged = hardness.merge(subgroups[["case", "condition"]], on="case", how="left")
-    merged = merged.sort_values(merged.columns[1], ascending=False).head(k)
+    merged = merged.sort_values("stale_loss", ascending=False).head(k)
     echo(f"\nHardest training cases for DRO at the end of training ({report.name}):")
     echo(merged.to_string(index=False))
 

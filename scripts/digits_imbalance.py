@@ -3,9 +3,12 @@
 
 Only a handful of the digit 3 are kept in the training split (the test split keeps every
 class); a small CNN is trained with plain SGD (lr 0.01, no momentum, no augmentation) by ERM
-(uniform sampling) and by DRO with the hardness weighted sampler for several beta, over several
-seeds. Prints the table of test accuracy on the digit 3 and overall (mean ± std over seeds) and
-writes it with the learning curves to the output folder:
+(uniform sampling), by DRO with the hardness weighted sampler (KL, beta 10, importance sampling
+on/off, warm-up) and by the related methods of method.md section 6 (chi-square DRO sampling,
+KL-DRO by multiplicative weights, learning to reweight), over several seeds. Prints the table of
+test accuracy on the digit 3 and overall (mean ± std over seeds), the share of loss weight each
+method gave the rare digit, and each method's CPU time per training step relative to ERM
+(measured in the same run), and writes it with the learning curves to the output folder:
 
     summary.md, summary.csv   the table
     runs.csv                  final accuracies of every run
@@ -13,9 +16,11 @@ writes it with the learning curves to the output folder:
     learning_curves.png       the curves, mean over seeds
 
 Usage:
-    python scripts/digits_imbalance.py                  # the full run (~5 min on 1 CPU core)
+    python scripts/digits_imbalance.py                  # the full run (~15 min on 1 CPU core)
     python scripts/digits_imbalance.py --quick -o /tmp/digits    # smoke test, seconds
     python scripts/digits_imbalance.py --methods erm dro-is-beta10 --iterations 12000
+    python scripts/digits_imbalance.py --methods erm dro-is-beta0.1 dro-is-beta1 dro-is-beta10 \
+        dro-is-beta100 dro-beta10                       # the KL-DRO beta sweep
 
 The paper reports DRO with beta = 10 beating ERM by more than 15 points on the rare class.
 """
@@ -36,8 +41,8 @@ from nnunet_dro.experiments import digits  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="ERM vs hardness weighted sampling (KL-DRO) on class-imbalanced 8x8 digits "
-                    "(the paper's MNIST toy, section 4.1).",
+        description="ERM vs hardness weighted sampling (KL-DRO) and related robust training methods "
+                    "on class-imbalanced 8x8 digits (the paper's MNIST toy, section 4.1).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("-o", "--output", default="results/digits/", help="output folder")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
@@ -86,9 +91,11 @@ def main(argv: list[str] | None = None) -> int:
           f"(~{args.iterations * args.batch_size / split.num_train:.0f} epochs), seeds {args.seeds}; "
           f"DRO: init loss log(10), 'dro-is' = importance sampling on, clip {list(digits.DEFAULT_CLIP)}; "
           f"'dro' = off (the paper's toy setting)", flush=True)
+    print("methods:")
+    print(digits.format_legend(args.methods), end="", flush=True)
 
     def progress(done: int, total: int, run: digits.RunResult) -> None:
-        print(f"[{done}/{total}] {run.method:<15} seed {run.seed}: digit {split.rare_class} "
+        print(f"[{done}/{total}] {run.method:<20} seed {run.seed}: digit {split.rare_class} "
               f"{100 * run.final_rare_accuracy:5.1f}%  overall {100 * run.final_accuracy:5.1f}%  "
               f"({run.seconds:.1f} s, CPU {run.cpu_seconds:.1f} s)", file=sys.stderr, flush=True)
 
@@ -104,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(header)
     print(table)
+    print(digits.format_legend(args.methods))
+    if "erm" in set(summary.method):
+        print("time per training step (evaluation excluded), mean over seeds, ratio to ERM in this run:")
+        erm = summary.loc[summary.method == "erm"].iloc[0]
+        for row in summary.itertuples(index=False):
+            print(f"  {row.method:<20} CPU {row.step_cpu_ms:6.2f} ms ({row.step_cpu_ms / erm.step_cpu_ms:5.2f}x)"
+                  f"   wall {row.step_ms:6.2f} ms ({row.step_ms / erm.step_ms:5.2f}x)")
     paths = digits.write_outputs(results, summary, args.output, split, header)
     print(f"total {elapsed:.0f} s wall, {cpu:.0f} s CPU for {len(results)} runs; wrote {', '.join(str(p) for p in paths.values())}")
     return 0

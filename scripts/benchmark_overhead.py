@@ -9,8 +9,12 @@ the sampler draw that DRO adds to the loader is timed separately.
 
     python scripts/benchmark_overhead.py                 # synthetic 8 cases of 32^3, preprocessed in a tmp folder
     python scripts/benchmark_overhead.py -d 4 -n 40      # an existing dataset under $nnUNet_preprocessed
+    python scripts/benchmark_overhead.py --trainers nnUNetTrainerDROReweight,nnUNetTrainerL2RW -n 10
 
-Prints the median iteration time of each trainer and the ratio DRO/ERM (target <= 1.02).
+Prints the median iteration time of each trainer and the ratio DRO/ERM (target <= 1.02). With
+``--trainers``, every listed trainer (any class exported by ``nnunet_dro.training``) is timed
+against nnUNetTrainer in the same interleaved loop, and its ratio to ERM is printed; the
+loss-only and sampler-draw figures are printed when nnUNetTrainerDRO is among them.
 """
 from __future__ import annotations
 
@@ -103,6 +107,9 @@ def main(argv=None) -> int:
     parser.add_argument("-n", type=int, default=30, help="timed iterations per trainer (default 30)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed iterations per trainer first (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--trainers", default="nnUNetTrainerDRO",
+                        help="comma-separated trainer classes of nnunet_dro.training to time against "
+                             "nnUNetTrainer (default nnUNetTrainerDRO)")
     args = parser.parse_args(argv)
 
     os.environ["nnUNet_n_proc_DA"] = "0"
@@ -125,10 +132,17 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(args.threads)
     from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
-    from nnunet_dro.training import nnUNetTrainerDRO
+    import nnunet_dro.training as training
 
-    trainers = {"ERM nnUNetTrainer": build_trainer(nnUNetTrainer, dataset_id),
-                "DRO nnUNetTrainerDRO": build_trainer(nnUNetTrainerDRO, dataset_id)}
+    names = [n.strip() for n in args.trainers.split(",") if n.strip()]
+    unknown = [n for n in names if n not in training.__all__ or not n.startswith("nnUNetTrainer")]
+    if unknown or not names:
+        parser.error(f"--trainers: unknown trainer(s) {unknown or args.trainers!r}; choose from "
+                     f"{[n for n in training.__all__ if n.startswith('nnUNetTrainer')]}")
+    trainers = {"ERM nnUNetTrainer": build_trainer(nnUNetTrainer, dataset_id)}
+    for name in names:
+        trainers[f"DRO {name}" if name == "nnUNetTrainerDRO" else name] = build_trainer(getattr(training, name),
+                                                                                       dataset_id)
     times = {name: [] for name in trainers}
     order = list(trainers)
     for it in range(args.warmup + args.n):
@@ -140,23 +154,40 @@ def main(argv=None) -> int:
             elapsed = time.perf_counter() - start
             if it >= args.warmup:
                 times[name].append(elapsed)
-    loss_times = time_loss_only(trainers["ERM nnUNetTrainer"], trainers["DRO nnUNetTrainerDRO"], args.n)
-
-    dro = trainers["DRO nnUNetTrainerDRO"]
-    draws = []
-    for _ in range(2000):
-        start = time.perf_counter()
-        dro.dro_sampler.sample(dro.batch_size)
-        draws.append(time.perf_counter() - start)
-
-    patch = dro.configuration_manager.patch_size
-    print(f"dataset {dataset_id}, patch {patch}, batch {dro.batch_size}, {dro.dro_sampler.num_samples} training "
+    erm = trainers["ERM nnUNetTrainer"]
+    patch = erm.configuration_manager.patch_size
+    num_cases = len(erm.get_tr_and_val_datasets()[0].identifiers)
+    print(f"dataset {dataset_id}, patch {patch}, batch {erm.batch_size}, {num_cases} training "
           f"cases, {args.n} timed iterations each (interleaved), torch threads {args.threads}")
     medians = {}
     for name, values in times.items():
         q1, q3 = np.percentile(values, [25, 75])
         medians[name] = statistics.median(values)
         print(f"  {name:22s} median {medians[name]:.4f} s/iteration  (IQR {q1:.4f}-{q3:.4f})")
+    for name in trainers:
+        if name not in ("ERM nnUNetTrainer", "DRO nnUNetTrainerDRO"):
+            paired = np.array(times[name]) / np.array(times["ERM nnUNetTrainer"])
+            print(f"  ratio {name}/ERM (median iteration time): {medians[name] / medians['ERM nnUNetTrainer']:.3f}, "
+                  f"median of paired ratios {np.median(paired):.3f}")
+    if "DRO nnUNetTrainerDRO" in trainers:
+        print_dro_figures(trainers, times, medians, args.n)
+    for trainer in trainers.values():
+        if hasattr(trainer, "_close_sampler"):
+            trainer._close_sampler()
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+def print_dro_figures(trainers, times, medians, n) -> None:
+    """The nnUNetTrainerDRO figures: ratio to ERM, loss-only cost, sampler draw time."""
+    loss_times = time_loss_only(trainers["ERM nnUNetTrainer"], trainers["DRO nnUNetTrainerDRO"], n)
+    dro = trainers["DRO nnUNetTrainerDRO"]
+    draws = []
+    for _ in range(2000):
+        start = time.perf_counter()
+        dro.dro_sampler.sample(dro.batch_size)
+        draws.append(time.perf_counter() - start)
     ratio = medians["DRO nnUNetTrainerDRO"] / medians["ERM nnUNetTrainer"]
     paired = np.array(times["DRO nnUNetTrainerDRO"]) / np.array(times["ERM nnUNetTrainer"])
     print(f"  ratio DRO/ERM (median iteration time): {ratio:.4f}  (target <= 1.02)")
@@ -167,12 +198,6 @@ def main(argv=None) -> int:
           f"importance weights + sampler update {1e3 * dro_loss:.2f} ms "
           f"(difference = {100 * (dro_loss - erm_loss) / medians['ERM nnUNetTrainer']:+.2f}% of an ERM iteration)")
     print(f"  sampler draw of one batch (in the loader / DA workers): median {1e6 * statistics.median(draws):.1f} us")
-    for trainer in trainers.values():
-        if hasattr(trainer, "_close_sampler"):
-            trainer._close_sampler()
-    if tmp is not None:
-        tmp.cleanup()
-    return 0
 
 
 if __name__ == "__main__":

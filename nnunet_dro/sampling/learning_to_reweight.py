@@ -38,7 +38,10 @@ def learning_to_reweight(model: torch.nn.Module, loss_fn: PerExampleLoss, inputs
     grads = torch.autograd.grad((eps * per_example).sum(), list(params.values()), create_graph=True,
                                 allow_unused=True)
     lookahead = {name: p if g is None else p - inner_lr * g for (name, p), g in zip(params.items(), grads)}
-    val_loss = loss_fn(functional_call(model, {**lookahead, **buffers}, (val_inputs,)), val_targets).mean()
+    # tie_weights=False: a module reachable twice (nnU-Net's decoder holds its encoder) would
+    # otherwise get the look-ahead tensors written back as its parameters after the call
+    val_loss = loss_fn(functional_call(model, {**lookahead, **buffers}, (val_inputs,), tie_weights=False),
+                       val_targets).mean()
     (grad_eps,) = torch.autograd.grad(val_loss, eps)
     w = torch.clamp(-grad_eps, min=0).detach()
     total = w.sum()

@@ -9,7 +9,10 @@ Use them with nnU-Net's own commands::
     export nnUNet_extTrainer=$(nnunet_dro trainer-dir)
     nnUNetv2_train DATASET 3d_fullres 0 -tr nnUNetTrainerDRO
 """
-from nnunet_dro.training.trainer import DRO_STATE_KEY, nnUNetTrainerConfigurableSGD, nnUNetTrainerDRO
+from nnunet_dro.training.related import (nnUNetTrainerDRO_warmup, nnUNetTrainerDROChi2,
+                                         nnUNetTrainerDROChi2_noWarmup, nnUNetTrainerDROReweight, nnUNetTrainerL2RW)
+from nnunet_dro.training.trainer import (DRO_STATE_KEY, nnUNetTrainerConfigurableSGD, nnUNetTrainerDRO,
+                                         nnUNetTrainerPerSampleLoss)
 from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTrainerDRO_beta10,
                                           nnUNetTrainerDRO_beta10_noIS, nnUNetTrainerDRO_beta1000,
                                           nnUNetTrainerDRO_beta1000_noIS, nnUNetTrainerDRO_noIS,
@@ -26,4 +29,10 @@ __all__ = [
     "nnUNetTrainerDRO_beta1000_noIS",
     "nnUNetTrainerDRO_SGDnoMomentum",
     "nnUNetTrainer_SGDnoMomentum",
+    "nnUNetTrainerPerSampleLoss",
+    "nnUNetTrainerDROChi2",
+    "nnUNetTrainerDROChi2_noWarmup",
+    "nnUNetTrainerDRO_warmup",
+    "nnUNetTrainerDROReweight",
+    "nnUNetTrainerL2RW",
 ]

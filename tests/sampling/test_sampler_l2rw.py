@@ -45,3 +45,28 @@ def test_all_disagreeing_gives_zero_weights():
     x = torch.ones(2, 1)
     w = learning_to_reweight(model, per_example_mse, x, -x, x, x, inner_lr=0.1)
     assert torch.equal(w, torch.zeros(2))
+
+
+class SharedEncoder(torch.nn.Module):
+    """Like nnU-Net's U-Net: the decoder holds a reference to the encoder (a module seen twice)."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = torch.nn.Linear(2, 2)
+        self.decoder = torch.nn.Module()
+        self.decoder.encoder = self.encoder
+        self.head = torch.nn.Linear(2, 1)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.decoder.encoder(x)))
+
+
+def test_parameters_stay_leaves_when_a_module_is_shared():
+    torch.manual_seed(2)
+    model = SharedEncoder()
+    before = {name: p for name, p in model.named_parameters()}
+    x, y = torch.randn(4, 2), torch.randn(4, 1)
+    learning_to_reweight(model, per_example_mse, x, y, x, y, inner_lr=0.1)
+    after = dict(model.named_parameters())
+    assert all(after[name] is before[name] and after[name].is_leaf for name in before)
+    per_example_mse(model(x), y).mean().backward()  # a normal step still works

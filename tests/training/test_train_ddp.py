@@ -38,9 +38,11 @@ def _rank_main(rank: int, port: int, results) -> None:
         # own RNG stream per rank (seed + rank, as the trainer does with dro_seed)
         sampler = HardnessWeightedSampler(NUM_CASES, beta=100.0, init_loss=np.linspace(0.5, 1.0, NUM_CASES),
                                           seed=123 + rank)
-        trainer_view = SimpleNamespace(is_ddp=True, dro_sampler=sampler, dro_importance_sampling=True,
-                                       dro_beta=100.0, dro_clip=(0.1, 10.0), _dro_epoch_num_weights=0,
-                                       _dro_epoch_num_clipped=0)
+        # the trainer's own hyper-parameter defaults (class attributes), plus the state it needs
+        defaults = {k: getattr(nnUNetTrainerDRO, k) for k in dir(nnUNetTrainerDRO) if k.startswith("dro_")
+                    and not callable(getattr(nnUNetTrainerDRO, k))}
+        trainer_view = SimpleNamespace(**{**defaults, "is_ddp": True, "dro_sampler": sampler,
+                                          "_dro_epoch_num_weights": 0, "_dro_epoch_num_clipped": 0})
         rng = np.random.default_rng(rank)
         drawn = []
         for _ in range(STEPS):
@@ -53,6 +55,21 @@ def _rank_main(rank: int, port: int, results) -> None:
         dist.destroy_process_group()
 
 
+def _get_result(results, procs, timeout: float = 240.0):
+    """The next rank's result; fail at once (not after the timeout) if a rank died."""
+    import queue
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return results.get(timeout=2)
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            assert not dead, f"a rank exited with code {dead[0]} (its traceback is in the captured stderr)"
+    raise AssertionError("no result from the ranks within the timeout")
+
+
 def test_ranks_hold_the_same_loss_vector_after_all_gathered_updates():
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
@@ -61,7 +78,7 @@ def test_ranks_hold_the_same_loss_vector_after_all_gathered_updates():
     for p in procs:
         p.start()
     try:
-        out = sorted(results.get(timeout=240) for _ in range(WORLD))
+        out = sorted(_get_result(results, procs) for _ in range(WORLD))
     finally:
         for p in procs:
             p.join(timeout=60)

@@ -22,7 +22,7 @@ import math
 import os
 import time
 import warnings
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray

@@ -20,7 +20,7 @@ Hyper-parameters are class attributes, so variants are one-line subclasses::
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -32,8 +32,7 @@ from nnunetv2.utilities.helpers import dummy_context
 
 from nnunet_dro.sampling.learning_to_reweight import learning_to_reweight
 from nnunet_dro.sampling.reweighting import KLReweighter
-from nnunet_dro.training.trainer import (DRO_STATE_KEY, _checkpoint_io_hook, nnUNetTrainerDRO,
-                                         nnUNetTrainerPerSampleLoss)
+from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerPerSampleLoss
 
 
 # ---------------------------------------------------------------------- paper 001: chi-square DRO
@@ -138,20 +137,10 @@ class nnUNetTrainerDROReweight(nnUNetTrainerPerSampleLoss):
             self.print_to_log_file(f"DRO reweighting: r {self.reweighter.r}, log u {self.reweighter.log_u:.4f}, "
                                    f"largest weight this epoch {max(self._reweight_epoch_max):.3g}")
 
-    def save_checkpoint(self, filename: str) -> None:
-        if self.local_rank != 0 or self.disable_checkpointing:
-            return super().save_checkpoint(filename)
-        state = {"version": REWEIGHT_STATE_VERSION, "method": "kl_reweight", "reweighter": self.reweighter.state_dict()}
-        with _checkpoint_io_hook(extra_entries={DRO_STATE_KEY: state}):
-            super().save_checkpoint(filename)
+    def _extra_checkpoint_state(self) -> Optional[Dict[str, Any]]:
+        return {"version": REWEIGHT_STATE_VERSION, "method": "kl_reweight", "reweighter": self.reweighter.state_dict()}
 
-    def load_checkpoint(self, filename_or_checkpoint: Union[dict, str]) -> None:
-        captured: Dict[str, Any] = {}
-        with _checkpoint_io_hook(captured=captured):
-            super().load_checkpoint(filename_or_checkpoint)
-        checkpoint = filename_or_checkpoint if isinstance(filename_or_checkpoint, dict) \
-            else captured.get("checkpoint", {})
-        state = checkpoint.get(DRO_STATE_KEY)
+    def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any]) -> None:
         if not state or state.get("method") != "kl_reweight":
             self.print_to_log_file("DRO reweighting: WARNING: the checkpoint has no reweighting state; the running "
                                    "mean u starts from the next batch")

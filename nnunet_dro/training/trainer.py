@@ -150,6 +150,29 @@ class nnUNetTrainerPerSampleLoss(nnUNetTrainerConfigurableSGD):
                 "(validation loss unchanged).")
         return per_sample
 
+    # ------------------------------------------------------------------ checkpoint state
+    # Subclasses keep their own state (stale losses, running means...) under 'dro_state' in
+    # nnU-Net's checkpoint: no side file, and --c restores it.
+    def _extra_checkpoint_state(self) -> Optional[Dict[str, Any]]:
+        """What to save under ``'dro_state'`` (None: nothing)."""
+        return None
+
+    def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any]) -> None:
+        """Called by :meth:`load_checkpoint` with the checkpoint's ``'dro_state'`` (None if absent)."""
+
+    def save_checkpoint(self, filename: str) -> None:
+        state = self._extra_checkpoint_state() if self.local_rank == 0 and not self.disable_checkpointing else None
+        with _checkpoint_io_hook(extra_entries={DRO_STATE_KEY: state} if state is not None else None):
+            super().save_checkpoint(filename)
+
+    def load_checkpoint(self, filename_or_checkpoint: Union[dict, str]) -> None:
+        captured: Dict[str, Any] = {}
+        with _checkpoint_io_hook(captured=captured):
+            super().load_checkpoint(filename_or_checkpoint)
+        checkpoint = filename_or_checkpoint if isinstance(filename_or_checkpoint, dict) \
+            else captured.get("checkpoint", {})
+        self._restore_extra_checkpoint_state(checkpoint.get(DRO_STATE_KEY), checkpoint)
+
     def _to_device(self, batch: dict):
         data = batch['data'].to(self.device, non_blocking=True)
         target = batch['target']
@@ -456,20 +479,10 @@ class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
                        "clip": tuple(self.dro_clip), "divergence": self.dro_divergence, "warmup": self.dro_warmup},
         }
 
-    def save_checkpoint(self, filename: str) -> None:
-        if self.local_rank != 0 or self.disable_checkpointing:
-            return super().save_checkpoint(filename)
-        state = self._dro_state()
-        with _checkpoint_io_hook(extra_entries={DRO_STATE_KEY: state} if state is not None else None):
-            super().save_checkpoint(filename)
+    def _extra_checkpoint_state(self) -> Optional[Dict[str, Any]]:
+        return self._dro_state()
 
-    def load_checkpoint(self, filename_or_checkpoint: Union[dict, str]) -> None:
-        captured: Dict[str, Any] = {}
-        with _checkpoint_io_hook(captured=captured):
-            super().load_checkpoint(filename_or_checkpoint)
-        checkpoint = filename_or_checkpoint if isinstance(filename_or_checkpoint, dict) \
-            else captured.get("checkpoint", {})
-        state = checkpoint.get(DRO_STATE_KEY)
+    def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any]) -> None:
         if state is None:
             self.print_to_log_file("DRO: WARNING: the checkpoint has no 'dro_state' (not a DRO training?); "
                                    "the stale losses start from scratch")

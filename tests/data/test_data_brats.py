@@ -56,15 +56,6 @@ def make_brats_tree(parent: Path, with_mapping: bool = True) -> Path:
     return root
 
 
-@pytest.fixture
-def raw(tmp_path, monkeypatch) -> Path:
-    raw = tmp_path / "nnUNet_raw"
-    monkeypatch.setenv("nnUNet_raw", str(raw))
-    for variable in ("nnUNet_preprocessed", "nnUNet_results"):
-        monkeypatch.delenv(variable, raising=False)
-    return raw
-
-
 def test_brats_conversion_is_nnunets_region_layout(tmp_path, raw):
     make_brats_tree(tmp_path)
     # The parent folder works too: the converter finds MICCAI_BraTS_2019_Data_Training inside.

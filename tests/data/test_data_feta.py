@@ -54,15 +54,6 @@ def make_feta_tree(root: Path, subjects=SUBJECTS, header="participant_id\tPathol
     return root
 
 
-@pytest.fixture
-def raw(tmp_path, monkeypatch) -> Path:
-    raw = tmp_path / "nnUNet_raw"
-    monkeypatch.setenv("nnUNet_raw", str(raw))
-    for variable in ("nnUNet_preprocessed", "nnUNet_results"):
-        monkeypatch.delenv(variable, raising=False)
-    return raw
-
-
 def test_feta_conversion_keeps_seven_labels_and_writes_subgroups(tmp_path, raw):
     source = make_feta_tree(tmp_path / "feta_2.1")
     target = convert_feta(source, 201, test_cases=["sub-004"])

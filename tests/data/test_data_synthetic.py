@@ -21,15 +21,6 @@ from nnunet_dro.errors import UserError
 from data_raw_checks import assert_valid_raw_dataset
 
 
-@pytest.fixture
-def raw(tmp_path, monkeypatch) -> Path:
-    raw = tmp_path / "nnUNet_raw"
-    monkeypatch.setenv("nnUNet_raw", str(raw))
-    for variable in ("nnUNet_preprocessed", "nnUNet_results"):
-        monkeypatch.delenv(variable, raising=False)
-    return raw
-
-
 def _digest(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}

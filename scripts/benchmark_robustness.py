@@ -1,81 +1,64 @@
-"""Robustness benchmark: nnU-Net's ERM trainer vs nnUNetTrainerDRO on the synthetic fetal cohort.
+"""Robustness benchmark: ERM vs DRO arms on the synthetic fetal-brain-like cohort, several seeds.
 
-The paper's claim under test (method.md section 5): hardness weighted sampling (DRO) raises the
-low percentiles (p10, p5) of the Dice of the minority groups (spina bifida, other abnormality)
-while leaving the controls unchanged.
+The claim under test: distributionally robust training raises the low percentiles of the Dice of
+the minority groups (spina bifida, other abnormality) on their hardest structure, while the
+majority group (controls) keeps its Dice.
 
-Each repetition ``s`` (``--seeds``) is one full, independent experiment in its own working folder
-``OUT/runs/seed_<s>/`` (its own nnUNet_raw / _preprocessed / _results):
+Each seed ``s`` is one repetition in ``OUT/runs/seed_<s>/`` (its own nnUNet_raw / _preprocessed /
+_results, :mod:`nnunet_dro.workflows.pipeline`):
 
-1. a synthetic fetal-brain-like cohort drawn with cohort seed ``s`` (``make-synthetic --kind
-   fetal``): minorities rare in training (80/12/8 %), a third each in the test set;
-2. ``nnUNetv2_plan_and_preprocess``;
-3. ``nnUNetv2_train ... all`` of ERM and DRO with the same budget (epochs x iterations), both
-   starting from the same initial weights (torch seeded with ``s`` before the network is built;
-   DRO's sampler seeded with ``s``); fold ``all`` = every training case, so the (rare) minority
-   cases are all seen and the split is fixed;
-4. ``nnUNetv2_predict`` of the test images and ``nnunet_dro evaluate`` by condition with the
-   FeTA regions (white matter, intra-axial CSF, cerebellum).
+1. a synthetic cohort drawn with seed ``s`` (minorities rare in training, 80/12/8 %; a third each
+   in the test set), planned and preprocessed by nnU-Net;
+2. every arm trained with ``nnUNetv2_train ... all -tr <arm>_CPUBudget`` (a quarter of nnU-Net's
+   features per stage, 40 epochs x 25 iterations) from the same initial weights
+   (``nnUNet_dro_seed=s``), then ``nnUNetv2_predict`` of the test images and ``nnunet_dro
+   evaluate`` by condition with the FeTA regions (white matter, intra-axial CSF, cerebellum).
 
-Why a new cohort per repetition: with ~5 spina-bifida and ~3 "other" training cases, *which*
-minority cases the network sees dominates the variance of the minority percentiles; a fixed
-cohort with only the training seed varied would understate it. The training seed also changes
-with ``s`` (the augmentation workers are unseeded, as in nnU-Net), so the spread across seeds
-covers both sources. ERM and DRO of one repetition share cohort, preprocessing, initial weights
-and test cases, so their per-case differences are paired.
+Each (seed, arm) result is stored as soon as it is finished and skipped when the script runs
+again, so the evidence can be built in pieces (``--arms ERM,Adaptive_f50 --seeds 0,1,2`` now,
+the other arms later) and the tables re-made from stored results (``--report-only``).
 
-Reported (terminal and OUT/): per condition and region, for each arm, the mean, median, p25,
-p10, p5 and IQR of the per-case Dice (%) averaged over repetitions (± sd across repetitions);
-the paired comparison DRO - ERM: per-repetition differences of those statistics (mean ± sd,
-and how many repetitions are > 0), and the per-case differences pooled over repetitions (mean,
-two-sided Wilcoxon signed-rank p, Holm-adjusted over all condition x region rows).
+Reported (terminal and OUT/): per arm, group and region: mean, p10, p5, IQR (mean ± sd over seeds);
+every arm minus ERM, paired by seed, with the sign in each seed; each run's convergence (controls'
+mean Dice) and stability (epochs after epoch 10 with a structure's pseudo-Dice below 0.05); the
+targets check; ``robustness_tradeoff.png`` (minority p10 on its hardest structure against the
+controls' mean Dice, one point per arm and seed).
 
-    python scripts/benchmark_robustness.py                          # 3 seeds, default budget
-    python scripts/benchmark_robustness.py --seeds 3 --epochs 10 --iterations 25 --keep
-    python scripts/benchmark_robustness.py --seeds 2 --epochs 1 --iterations 2 --n-train 10 --n-test 6
-
-Outputs in OUT (default results/robustness/): ``summary.md`` (the tables and the claim check),
-``summary.csv`` (statistics averaged over seeds), ``paired.csv`` (DRO - ERM),
-``summary_by_seed.csv`` and ``per_case.csv`` (every repetition), ``benchmark.json`` (budget,
-settings, timings). ``--keep`` reuses every finished step (cohort, preprocessing, trained arms, evaluated
-repetitions), so an interrupted benchmark resumes; an interrupted training continues from
-nnU-Net's ``checkpoint_latest.pth`` if there is one (nnU-Net writes it every 50 epochs), otherwise
-it starts again.
+    python scripts/benchmark_robustness.py                                  # 3 seeds x 5 arms
+    python scripts/benchmark_robustness.py --arms ERM,Adaptive_f50 --seeds 0,1,2
+    python scripts/benchmark_robustness.py --report-only                    # tables from stored runs
+    python scripts/benchmark_robustness.py --seeds 1 --arms ERM,Adaptive_f50 --epochs 1 --iterations 2 \\
+        --n-train 10 --n-test 6 -o /tmp/smoke                                # a smoke run
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from nnunet_dro.atomic import write_text_atomic
+from nnunet_dro.atomic import atomic_path, write_text_atomic
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.stats import holm, paired_wilcoxon
-from nnunet_dro.workflows.demo import (CONFIGURATION, FOLD, DemoBudget, progress_filter, run_python_cli,
-                                       trainer_names, write_budget_trainers)
-from nnunet_dro.workflows.ensemble import Member, run_ensemble
-from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
+from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, CONVERGED_DICE, GROUP_COLUMN, MAJORITY_GROUP,
+                                           MINORITY_GROUPS, Budget, Cohort, Workspace, convergence_line,
+                                           progress_filter)
 
 DATASET_ID = 991
 DATASET_NAME = "SyntheticFetalBenchmark"
-ARMS = ("ERM", "DRO")
-GROUP_COLUMN = "condition"
-MINORITY_GROUPS = ("spina_bifida", "other")
-CONTROL_GROUP = "control"
+DEFAULT_ARMS = ("ERM", "DRO_beta100", "Adaptive_f25", "Adaptive_f50", "Adaptive_f75")
+BASELINE = "ERM"
 STATISTICS = ("mean", "median", "p25", "p10", "p5", "iqr")
-PERCENTILES = (25, 10, 5)
-#: claim check: a change of at most this many Dice points counts as no change (controls
-#: "unchanged"; minority percentiles need more than this, in every seed, to count as raised)
-NEGLIGIBLE_POINTS = 1.0
-SECONDS_PER_ITERATION = 1.0  # measured: one nnU-Net training iteration at 32^3 on 2 CPU cores
+#: targets (issue: adaptive DRO lifts the minority's hardest structure, controls unchanged)
+TARGET_LIFT = 5.0
+MAJORITY_TOLERANCE = 1.0
+SECONDS_PER_ITERATION = 0.3  # measured: one iteration of the CPU-budget network on 2 CPU cores
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -96,115 +79,20 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-# ---------------------------------------------------------------------------------------- one repetition
-def run_repetition(folder: Path, seed: int, budget: DemoBudget, cohort: dict, device: str,
-                   echo: Callable[[str], None]) -> pd.DataFrame:
-    """Run (or reuse the finished steps of) one repetition; return its per-case Dice table."""
-    folder.mkdir(parents=True, exist_ok=True)
-    _check_cohort(folder / "cohort.json", cohort)
-    log_file = str(folder / "nnunet_commands.log")
-    env = nnunet_environment(
-        root=folder / "nnunet", extra_trainer_dirs=[folder / "trainers"],
-        overrides={"nnUNet_compile": "f", "nnUNet_def_n_proc": "2",
-                   "nnUNet_n_proc_DA": os.environ.get("nnUNet_n_proc_DA", "2")})
-    raw = Path(env["nnUNet_raw"]) / f"Dataset{DATASET_ID:03d}_{DATASET_NAME}"
-    evaluation_root = folder / f"evaluation_{budget.suffix}"
-    marker = evaluation_root / "repetition.json"
-    if marker.is_file() and (evaluation_root / "evaluation" / "per_case.csv").is_file():
-        echo(f"  reusing the finished repetition in {evaluation_root}")
-        return pd.read_csv(evaluation_root / "evaluation" / "per_case.csv", dtype={"case": str})
+def parse_arms(text: str) -> list[str]:
+    """Comma-separated arm names (see ``pipeline.ARM_TRAINERS``); ERM first if present.
 
-    started = time.perf_counter()
-    if not (raw / "dataset.json").is_file():
-        echo(f"  cohort: {cohort['n_train']} train + {cohort['n_test']} test cases of {cohort['size']}^3, seed {seed}")
-        run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(DATASET_ID), "-n", DATASET_NAME,
-                         "--n-train", str(cohort["n_train"]), "--n-test", str(cohort["n_test"]),
-                         "--size", str(cohort["size"]), "--seed", str(seed), "--overwrite"], env, log_file)
-    subgroups = pd.read_csv(raw / "subgroups.tsv", sep="\t", dtype={"case": str})
-    echo("  training set: " + _counts(subgroups[subgroups["split"] == "train"]) +
-         " | test set: " + _counts(subgroups[subgroups["split"] == "test"]))
-
-    if not _preprocessed(Path(env["nnUNet_preprocessed"]) / raw.name, cohort["n_train"]):
-        echo("  nnUNetv2_plan_and_preprocess")
-        run_nnunet("nnUNetv2_plan_and_preprocess",
-                   ["-d", str(DATASET_ID), "-c", CONFIGURATION, "-np", "2", "--verify_dataset_integrity"],
-                   env, echo=None, log_file=log_file)
-
-    names = trainer_names(budget)
-    # fold "all" validates on the training cases: pointless here, and minutes of CPU per arm
-    write_budget_trainers(folder / "trainers", budget, seed=seed, final_validation=False)
-    show = progress_filter(echo)
-    train_seconds = {}
-    for arm in ARMS:
-        trainer = names[arm]
-        fold_dir = (Path(env["nnUNet_results"]) / raw.name / f"{trainer}__nnUNetPlans__{CONFIGURATION}"
-                    / f"fold_{FOLD}")
-        if (fold_dir / "checkpoint_final.pth").is_file():
-            echo(f"  {arm}: already trained ({fold_dir})")
-            continue
-        resume = ["--c"] if (fold_dir / "checkpoint_latest.pth").is_file() else []
-        echo(f"  {arm}: nnUNetv2_train {DATASET_ID} {CONFIGURATION} {FOLD} -tr {trainer}"
-             + (" --c (resuming)" if resume else ""))
-        tic = time.perf_counter()
-        run_nnunet("nnUNetv2_train", [str(DATASET_ID), CONFIGURATION, FOLD, "-tr", trainer, "-device", device,
-                                      *resume], env, echo=show, log_file=log_file)
-        train_seconds[arm] = round(time.perf_counter() - tic, 1)
-
-    echo("  predicting the test cases and evaluating by condition and region")
-    test_table = folder / "subgroups_test.tsv"
-    write_text_atomic(test_table, subgroups[subgroups["split"] == "test"].to_csv(sep="\t", index=False))
-    _, result = run_ensemble(
-        env, DATASET_ID, str(raw / "imagesTs"), evaluation_root, [Member(arm, names[arm]) for arm in ARMS],
-        configuration=CONFIGURATION, folds=[FOLD], device=device, npp=1, nps=1, num_processes=2,
-        evaluation=dict(reference=str(raw / "labelsTs"), groups=str(test_table), group_by=[GROUP_COLUMN],
-                        regions="feta", percentiles=PERCENTILES, progress=False, echo=echo),
-        echo=None)
-    write_text_atomic(marker, json.dumps({"seed": seed, "cohort": cohort, "budget": _budget_dict(budget),
-                                          "trainers": names, "train_seconds": train_seconds,
-                                          "seconds": round(time.perf_counter() - started, 1)}, indent=2))
-    return result.per_case
+    >>> parse_arms("Adaptive_f50,ERM")
+    ['ERM', 'Adaptive_f50']
+    """
+    arms = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARM_TRAINERS]
+    if not arms or unknown or len(set(arms)) != len(arms):
+        raise UserError(f"--arms {text!r}: expected distinct names among {', '.join(ARM_TRAINERS)}")
+    return sorted(arms, key=lambda a: a != BASELINE)
 
 
-def _preprocessed(folder: Path, n_train: int) -> bool:
-    """Planned and every training case preprocessed (nnU-Net writes the plans first, so an
-    interrupted run can leave plans without all cases)."""
-    cases = folder / f"nnUNetPlans_{CONFIGURATION}"
-    return (folder / "nnUNetPlans.json").is_file() and cases.is_dir() and len(list(cases.glob("*.pkl"))) == n_train
-
-
-def _check_cohort(path: Path, cohort: dict) -> None:
-    """A repetition folder holds one cohort: refuse to mix cohort sizes when resuming."""
-    if path.is_file():
-        found = json.loads(path.read_text())
-        if found != cohort:
-            raise UserError(f"{path}: this run folder was made with cohort {found}, not {cohort}; "
-                            f"use the same --n-train/--n-test/--size, another -o, or --overwrite")
-    else:
-        write_text_atomic(path, json.dumps(cohort, indent=2))
-
-
-def _counts(table: pd.DataFrame) -> str:
-    return ", ".join(f"{k} {v}" for k, v in table[GROUP_COLUMN].value_counts().items())
-
-
-def _budget_dict(budget: DemoBudget) -> dict:
-    return {"epochs": budget.epochs, "iterations_per_epoch": budget.iterations_per_epoch,
-            "val_iterations_per_epoch": budget.val_iterations_per_epoch}
-
-
-# ---------------------------------------------------------------------------------------- aggregation
-def _group_order(per_case: pd.DataFrame) -> list[str]:
-    present = list(dict.fromkeys(per_case[GROUP_COLUMN].dropna()))
-    known = [g for g in ("control", *MINORITY_GROUPS) if g in present]
-    return ["all"] + known + [g for g in present if g not in known]
-
-
-def _groups_of(per_case: pd.DataFrame):
-    """(group name, rows) for 'all' and every condition."""
-    for group in _group_order(per_case):
-        yield group, per_case if group == "all" else per_case[per_case[GROUP_COLUMN] == group]
-
-
+# ---------------------------------------------------------------------------------------- statistics
 def _statistics(values: np.ndarray) -> dict[str, float]:
     values = values[~np.isnan(values)]
     if values.size == 0:
@@ -214,12 +102,20 @@ def _statistics(values: np.ndarray) -> dict[str, float]:
             "p5": float(p5), "iqr": float(p75 - p25)}
 
 
-def summary_by_seed(per_case: pd.DataFrame) -> pd.DataFrame:
-    """One row per seed, arm, group and region: n and the statistics of the per-case Dice.
+def _group_order(per_case: pd.DataFrame) -> list[str]:
+    present = list(dict.fromkeys(per_case[GROUP_COLUMN].dropna()))
+    known = [g for g in (MAJORITY_GROUP, *MINORITY_GROUPS) if g in present]
+    return ["all"] + known + [g for g in present if g not in known]
 
-    The numbers are those of ``nnunet_dro evaluate``'s summary.csv (numpy percentiles, linear
-    interpolation; a region empty in reference and prediction scores 100).
-    """
+
+def _groups_of(per_case: pd.DataFrame):
+    for group in _group_order(per_case):
+        yield group, per_case if group == "all" else per_case[per_case[GROUP_COLUMN] == group]
+
+
+def summary_by_seed(per_case: pd.DataFrame) -> pd.DataFrame:
+    """One row per seed, arm (``method``), group and region: n and the Dice statistics (numpy
+    percentiles with linear interpolation, as ``nnunet_dro evaluate``)."""
     rows = []
     for group, frame in _groups_of(per_case):
         for (seed, method, region), part in frame.groupby(["seed", "method", "region"], sort=False):
@@ -229,7 +125,7 @@ def summary_by_seed(per_case: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary_over_seeds(by_seed: pd.DataFrame) -> pd.DataFrame:
+def summary_over_seeds(by_seed: pd.DataFrame, arms: Sequence[str] | None = None) -> pd.DataFrame:
     """Each statistic averaged over seeds, with its sd across seeds (``<stat>_sd``)."""
     keys = ["method", "group", "region"]
     grouped = by_seed.groupby(keys, sort=False)
@@ -241,209 +137,259 @@ def summary_over_seeds(by_seed: pd.DataFrame) -> pd.DataFrame:
     ordered = ["method", "group", "region", "n_seeds", "n_cases_per_seed"]
     for s in STATISTICS:
         ordered += [s, f"{s}_sd"]
-    # group, then region, then ERM before DRO: the two arms of a row pair sit together
+    arm_order = list(arms) if arms else list(dict.fromkeys(by_seed["method"]))
     rank = {name: i for i, name in enumerate(dict.fromkeys(by_seed["group"]))}
     regions = {name: i for i, name in enumerate(dict.fromkeys(by_seed["region"]))}
-    arms = {name: i for i, name in enumerate(ARMS)}
     out = out.assign(_g=out["group"].map(rank), _r=out["region"].map(regions),
-                     _m=out["method"].map(lambda m: arms.get(m, len(arms))))
+                     _m=out["method"].map(lambda m: arm_order.index(m) if m in arm_order else len(arm_order)))
     return out.sort_values(["_g", "_r", "_m"], kind="stable")[ordered].reset_index(drop=True)
 
 
-def paired_comparison(per_case: pd.DataFrame, by_seed: pd.DataFrame) -> pd.DataFrame:
-    """DRO - ERM per group and region.
+def paired_comparison(per_case: pd.DataFrame, by_seed: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """Every arm minus ``baseline``, per group and region, paired by seed (and by case).
 
-    ``d_<stat>``: the per-seed difference of the statistic averaged over seeds, ``d_<stat>_sd`` its
-    sd across seeds, ``d_<stat>_seeds_up`` how many seeds have it > 0. ``pooled_*``: per-case
-    differences pooled over seeds (mean, median, share of cases improved, two-sided Wilcoxon
-    signed-rank p and its Holm adjustment over all rows).
+    ``d_<stat>``: the per-seed difference averaged over seeds; ``d_<stat>_sd`` its sd;
+    ``d_<stat>_signs``: its sign in each seed (``+``/``-``/``0``, seeds in order);
+    ``d_<stat>_seeds_up``: how many seeds have it > 0. ``pooled_*``: per-case differences pooled
+    over seeds (mean, share improved, two-sided Wilcoxon signed-rank p, Holm over all rows).
     """
     rows = []
-    for group, frame in _groups_of(per_case):
-        for region in dict.fromkeys(per_case["region"]):
-            row = {"group": group, "region": region}
-            part = by_seed[(by_seed["group"] == group) & (by_seed["region"] == region)]
-            seeds = part.pivot(index="seed", columns="method", values=list(STATISTICS)).dropna(how="all")
-            for s in STATISTICS:
-                both = (s, "DRO") in seeds and (s, "ERM") in seeds
-                diff = (seeds[(s, "DRO")] - seeds[(s, "ERM")]).dropna().to_numpy(float) if both else np.array([])
-                row[f"d_{s}"] = float(diff.mean()) if diff.size else np.nan
-                row[f"d_{s}_sd"] = float(np.std(diff, ddof=1)) if diff.size > 1 else np.nan
-                row[f"d_{s}_seeds_up"] = int((diff > 0).sum())
-            row["n_seeds"] = len(seeds)
-            pairs = (frame[frame["region"] == region]
-                     .pivot_table(index=["seed", "case"], columns="method", values="value", aggfunc="first"))
-            if set(ARMS) <= set(pairs.columns):
-                dro, erm = pairs["DRO"].to_numpy(float), pairs["ERM"].to_numpy(float)
-            else:
-                dro = erm = np.array([])
-            keep = ~(np.isnan(dro) | np.isnan(erm))
-            difference = dro[keep] - erm[keep]
-            row.update(pooled_n=int(keep.sum()),
-                       pooled_mean=float(difference.mean()) if difference.size else np.nan,
-                       pooled_median=float(np.median(difference)) if difference.size else np.nan,
-                       pooled_share_improved=float((difference > 0).mean()) if difference.size else np.nan,
-                       pooled_wilcoxon_p=paired_wilcoxon(dro, erm))
-            rows.append(row)
+    arms = [m for m in dict.fromkeys(per_case["method"]) if m != baseline]
+    for arm in arms:
+        for group, frame in _groups_of(per_case):
+            for region in dict.fromkeys(per_case["region"]):
+                row = {"method": arm, "group": group, "region": region}
+                part = by_seed[(by_seed["group"] == group) & (by_seed["region"] == region)]
+                seeds = part.pivot(index="seed", columns="method", values=list(STATISTICS)).sort_index()
+                for s in STATISTICS:
+                    both = (s, arm) in seeds and (s, baseline) in seeds
+                    diff = (seeds[(s, arm)] - seeds[(s, baseline)]).dropna() if both else pd.Series(dtype=float)
+                    values = diff.to_numpy(float)
+                    row[f"d_{s}"] = float(values.mean()) if values.size else np.nan
+                    row[f"d_{s}_sd"] = float(np.std(values, ddof=1)) if values.size > 1 else np.nan
+                    row[f"d_{s}_seeds_up"] = int((values > 0).sum())
+                    row[f"d_{s}_signs"] = "".join("+" if v > 0 else "-" if v < 0 else "0" for v in values)
+                row["n_seeds"] = int(len(seeds.dropna(how="any"))) if len(seeds) else 0
+                pairs = (frame[(frame["region"] == region) & frame["method"].isin([arm, baseline])]
+                         .pivot_table(index=["seed", "case"], columns="method", values="value", aggfunc="first"))
+                if {arm, baseline} <= set(pairs.columns):
+                    a, b = pairs[arm].to_numpy(float), pairs[baseline].to_numpy(float)
+                else:
+                    a = b = np.array([])
+                keep = ~(np.isnan(a) | np.isnan(b))
+                difference = a[keep] - b[keep]
+                row.update(pooled_n=int(keep.sum()),
+                           pooled_mean=float(difference.mean()) if difference.size else np.nan,
+                           pooled_share_improved=float((difference > 0).mean()) if difference.size else np.nan,
+                           pooled_wilcoxon_p=paired_wilcoxon(a, b))
+                rows.append(row)
     table = pd.DataFrame(rows)
-    table["pooled_holm_p"] = holm(table["pooled_wilcoxon_p"].tolist())
+    if len(table):
+        table["pooled_holm_p"] = holm(table["pooled_wilcoxon_p"].tolist())
     return table
 
 
-def claim_check(paired: pd.DataFrame) -> list[str]:
-    """Plain sentences on the paper's claim, by the rules stated in each sentence."""
-    lines = []
-    n = int(paired["n_seeds"].max()) if len(paired) else 0
+def hardest_regions(summary: pd.DataFrame, baseline: str = BASELINE) -> dict[str, str]:
+    """Each minority group's hardest structure: the region with the lowest mean Dice under the
+    baseline (ERM), so the choice never depends on the DRO arms' results."""
+    out = {}
     for group in MINORITY_GROUPS:
-        for _, row in paired[paired["group"] == group].iterrows():
-            verdicts = []
-            for s in ("p10", "p5"):
-                d, up = row[f"d_{s}"], row[f"d_{s}_seeds_up"]
-                if np.isnan(d):
-                    verdicts.append(f"{s}: no data")
-                    continue
-                if abs(d) <= NEGLIGIBLE_POINTS:
-                    trend = "negligible"
-                elif up == n:
-                    trend = "raised in every seed"
-                elif up == 0:
-                    trend = "lowered in every seed"
-                else:
-                    trend = "no consistent change"
-                verdicts.append(f"{s} {d:+.1f} ({up}/{n} seeds up: {trend})")
-            lines.append(f"{group} / {row['region']}: " + "; ".join(verdicts))
-    for _, row in paired[paired["group"] == CONTROL_GROUP].iterrows():
-        d = row["d_mean"]
-        state = ("unchanged" if abs(d) <= NEGLIGIBLE_POINTS else "changed") if not np.isnan(d) else "no data"
-        lines.append(f"{CONTROL_GROUP} / {row['region']}: mean {d:+.1f} points: {state}, pooled Wilcoxon p = "
-                     f"{row['pooled_wilcoxon_p']:.3g}")
-    lines.append(f"(rules: a change of at most {NEGLIGIBLE_POINTS:g} Dice point is negligible / unchanged; "
-                 f"'raised' = larger and > 0 in every seed)")
+        rows = summary[(summary["method"] == baseline) & (summary["group"] == group)]
+        if len(rows):
+            out[group] = str(rows.sort_values("mean", kind="stable").iloc[0]["region"])
+    return out
+
+
+def targets_check(by_seed: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFrame, hardest: dict[str, str],
+                  baseline: str = BASELINE) -> list[str]:
+    """One sentence per arm and target, by the rules stated in each sentence."""
+    lines = []
+    for arm in [m for m in dict.fromkeys(paired["method"])] if len(paired) else []:
+        p = paired[paired["method"] == arm].set_index(["group", "region"])
+        for group, region in hardest.items():
+            if (group, region) not in p.index:
+                continue
+            r = p.loc[(group, region)]
+            ok = r["d_p10"] >= TARGET_LIFT and r["d_p10_seeds_up"] == r["n_seeds"] and r["n_seeds"] > 0
+            lines.append(f"{arm}: {group} p10 on its hardest structure ({region}) {r['d_p10']:+.1f} vs ERM "
+                         f"[{r['d_p10_signs']}] -> {'MET' if ok else 'not met'} (target >= +{TARGET_LIFT:g}, "
+                         f"better in every seed)")
+        majority = p.loc[MAJORITY_GROUP] if MAJORITY_GROUP in p.index.get_level_values(0) else None
+        if majority is not None:
+            worst = majority["d_mean"].min()
+            ok = worst >= -MAJORITY_TOLERANCE
+            lines.append(f"{arm}: controls' region means vs ERM " + ", ".join(
+                f"{reg} {d:+.1f} [{s}]" for reg, d, s in zip(majority.index, majority["d_mean"], majority["d_mean_signs"]))
+                + f" -> {'MET' if ok else 'not met'} (target: every region within {MAJORITY_TOLERANCE:g} point)")
+        arm_runs = runs[runs["arm"] == arm].set_index("seed")
+        base_runs = runs[runs["arm"] == baseline].set_index("seed")
+        common = sorted(set(arm_runs.index) & set(base_runs.index))
+        if common:
+            mine = [int(arm_runs.loc[s, "collapsed_epochs"]) for s in common]
+            erm = [int(base_runs.loc[s, "collapsed_epochs"]) for s in common]
+            ok = all(a <= b for a, b in zip(mine, erm))
+            lines.append(f"{arm}: collapsed epochs per seed {mine} vs ERM {erm} -> {'MET' if ok else 'not met'} "
+                         f"(target: no more than ERM in each seed)")
     return lines
 
 
-# ---------------------------------------------------------------------------------------- reporting
+# ---------------------------------------------------------------------------------------- reports
 def _pm(value: float, sd: float) -> str:
     if np.isnan(value):
         return "n/a"
     return f"{value:.1f}" if np.isnan(sd) else f"{value:.1f} ± {sd:.1f}"
 
 
-def _signed(value: float, sd: float, up: int | None = None, n: int | None = None) -> str:
+def _signed(value: float, sd: float, signs: str = "") -> str:
     if np.isnan(value):
         return "n/a"
-    text = f"{value:+.1f}" + ("" if np.isnan(sd) else f" ± {sd:.1f}")
-    return text + (f" [{up}/{n}]" if up is not None else "")
+    return f"{value:+.1f}" + ("" if np.isnan(sd) else f" ± {sd:.1f}") + (f" [{signs}]" if signs else "")
 
 
-def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, settings: dict) -> str:
-    seeds = settings["seeds"]
-    budget = settings["budget"]
+REPORT_STATISTICS = ("mean", "p10", "p5", "iqr")
+
+
+def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFrame, settings: dict,
+                    hardest: dict[str, str], targets: list[str]) -> str:
     lines = [
-        "# Robustness benchmark: ERM vs DRO on the synthetic fetal-brain-like cohort",
+        "# Robustness benchmark: ERM vs DRO arms on the synthetic fetal-brain-like cohort",
         "",
-        f"Repetitions (cohort seed = training seed): {', '.join(map(str, seeds))}. Cohort per repetition: "
+        f"Seeds (cohort seed = training seed): {', '.join(map(str, settings['seeds']))}. Cohort per seed: "
         f"{settings['cohort']['n_train']} training cases (control/spina bifida/other about 80/12/8 %), "
         f"{settings['cohort']['n_test']} test cases (a third each), {settings['cohort']['size']}^3 voxels. "
-        f"Budget per arm and repetition: {budget['epochs']} epochs x {budget['iterations_per_epoch']} "
-        f"iterations ({budget['epochs'] * budget['iterations_per_epoch']} training iterations), nnU-Net "
-        f"{CONFIGURATION}, fold {FOLD}, device {settings['device']}. DRO: nnUNetTrainerDRO defaults.",
+        f"Arms: " + ", ".join(f"{a} (`{ARM_TRAINERS[a]}`)" for a in settings["arms"]) + ". "
+        f"Budget: {settings['budget']}.",
         "",
-        "Dice in percent per test case; statistics per repetition (numpy percentiles, IQR = p75 - p25), "
-        "then mean ± sd across repetitions. A region empty in both reference and prediction scores 100.",
+        "Dice in percent per test case; statistics per seed (numpy percentiles, IQR = p75 - p25), then "
+        "mean ± sd across seeds. A region empty in both reference and prediction scores 100.",
         "",
-        "## Dice per condition and region (mean ± sd over seeds)",
+        "## Runs: convergence and stability",
         "",
-        "| group | region | method | n/seed | " + " | ".join(STATISTICS) + " |",
-        "|---|---|---|---:|" + "---:|" * len(STATISTICS),
+        "| arm | seed | controls' mean Dice per region | collapsed epochs | train s | DRO beta (last) | "
+        "perplexity/n (mean) | ESS/n (mean) | clipped (mean) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
+    for _, r in runs.iterrows():
+        means = ", ".join(f"{k} {v:.1f}" for k, v in (r["control_mean_dice"] or {}).items())
+        lines.append(f"| {r['arm']} | {r['seed']} | {means} | {r['collapsed_epochs']} of {max(0, r['epochs'] - 10)} | "
+                     f"{r['train_seconds']:.0f} | {_fmt(r.get('dro_beta_last'))} | {_fmt(r.get('dro_perplexity_fraction_mean'))} | "
+                     f"{_fmt(r.get('dro_ess_fraction_mean'))} | {_fmt(r.get('dro_clipped_fraction_mean'))} |")
+    lines += ["", f"(Converged means every region's mean Dice of the controls >= {CONVERGED_DICE:g}; "
+                  "collapsed epochs: epochs >= 10 in which some structure's pseudo-Dice was < 0.05.)", "",
+              "## Dice per group and region (mean ± sd over seeds)", "",
+              "| group | region | arm | n/seed | " + " | ".join(REPORT_STATISTICS) + " |",
+              "|---|---|---|---:|" + "---:|" * len(REPORT_STATISTICS)]
     for _, r in summary.iterrows():
         lines.append(f"| {r['group']} | {r['region']} | {r['method']} | {r['n_cases_per_seed']:.0f} | "
-                     + " | ".join(_pm(r[s], r[f'{s}_sd']) for s in STATISTICS) + " |")
-    lines += [
-        "",
-        "## Paired comparison DRO - ERM",
-        "",
-        "Per-seed differences of each statistic: mean ± sd over seeds [seeds with DRO > ERM]. Pooled: "
-        "per-case differences of all seeds (mean; two-sided Wilcoxon signed-rank p; Holm-adjusted over "
-        "all rows).",
-        "",
-        "| group | region | Δmean | Δp10 | Δp5 | ΔIQR | pooled n | pooled Δ | improved | Wilcoxon p | Holm p |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+                     + " | ".join(_pm(r[s], r[f'{s}_sd']) for s in REPORT_STATISTICS) + " |")
+    lines += ["", "## Paired differences to ERM", "",
+              "Per-seed difference of each statistic: mean ± sd over seeds [sign in each seed]. Pooled: per-case "
+              "differences of all seeds (mean; two-sided Wilcoxon signed-rank p, Holm-adjusted over all rows).", "",
+              "| arm | group | region | Δmean | Δp10 | Δp5 | ΔIQR | pooled Δ | Holm p |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for _, r in paired.iterrows():
-        n = int(r["n_seeds"])
-        cells = [_signed(r[f"d_{s}"], r[f"d_{s}_sd"], int(r[f"d_{s}_seeds_up"]), n) for s in ("mean", "p10", "p5", "iqr")]
-        lines.append(f"| {r['group']} | {r['region']} | " + " | ".join(cells) +
-                     f" | {r['pooled_n']} | {r['pooled_mean']:+.1f} | {100 * r['pooled_share_improved']:.0f} % | "
-                     f"{r['pooled_wilcoxon_p']:.3g} | {r['pooled_holm_p']:.3g} |")
-    lines += ["", "(ΔIQR < 0 means DRO's Dice is less spread out.)", "",
-              "## The paper's claim: DRO raises the low percentiles of the minority groups, controls unchanged", ""]
-    lines += [f"- {line}" for line in claim_check(paired)]
-    lines += ["", f"Total time {settings['seconds']:.0f} s. Per-repetition folders: `{settings['runs']}`.", ""]
+        cells = [_signed(r[f"d_{s}"], r[f"d_{s}_sd"], r[f"d_{s}_signs"]) for s in REPORT_STATISTICS]
+        lines.append(f"| {r['method']} | {r['group']} | {r['region']} | " + " | ".join(cells)
+                     + f" | {r['pooled_mean']:+.1f} | {r['pooled_holm_p']:.3g} |")
+    lines += ["", "(ΔIQR < 0: less spread out than ERM.)", "",
+              "## Targets", "",
+              "Hardest structure per minority group (lowest ERM mean): "
+              + ", ".join(f"{g}: {r}" for g, r in hardest.items()) + ".", ""]
+    lines += [f"- {t}" for t in targets]
+    lines += ["", f"Figure: `robustness_tradeoff.png`. Total time of this invocation {settings['seconds']:.0f} s. "
+                  f"Runs: `{settings['runs']}`.", ""]
     return "\n".join(lines)
 
 
-def terminal_report(summary: pd.DataFrame, paired: pd.DataFrame) -> str:
-    """Compact fixed-width tables for the terminal."""
-    stat_header = "".join(f"{s:>14}" for s in STATISTICS)
-    lines = ["Dice (%) per condition and region, mean ± sd over seeds",
-             f"{'group':<13}{'region':<17}{'arm':<5}{'n':>4}" + stat_header]
+def _fmt(value) -> str:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if not np.isfinite(value) else f"{value:.3g}"
+
+
+def terminal_report(summary: pd.DataFrame, paired: pd.DataFrame, targets: list[str]) -> str:
+    header = "".join(f"{s:>14}" for s in REPORT_STATISTICS)
+    lines = ["Dice (%) per group and region, mean ± sd over seeds",
+             f"{'group':<13}{'region':<17}{'arm':<18}{'n':>4}" + header]
     previous = None
     for _, r in summary.iterrows():
         key = (r["group"], r["region"])
         left = f"{r['group']:<13}{r['region']:<17}" if key != previous else " " * 30
         previous = key
-        lines.append(left + f"{r['method']:<5}{r['n_cases_per_seed']:>4.0f}"
-                     + "".join(f"{_pm(r[s], r[f'{s}_sd']):>14}" for s in STATISTICS))
-    lines += ["", "Paired DRO - ERM: per-seed difference mean ± sd [seeds up]; pooled cases: mean, Wilcoxon p, Holm p",
-              f"{'group':<13}{'region':<17}" + "".join(f"{h:>20}" for h in ("Δmean", "Δp10", "Δp5", "ΔIQR"))
-              + f"{'pooled Δ':>10}{'p':>9}{'Holm':>9}"]
+        lines.append(left + f"{r['method']:<18}{r['n_cases_per_seed']:>4.0f}"
+                     + "".join(f"{_pm(r[s], r[f'{s}_sd']):>14}" for s in REPORT_STATISTICS))
+    lines += ["", "Paired arm - ERM: per-seed difference mean ± sd [sign per seed]",
+              f"{'arm':<18}{'group':<13}{'region':<17}" + "".join(f"{'Δ' + s:>22}" for s in REPORT_STATISTICS)]
     for _, r in paired.iterrows():
-        n = int(r["n_seeds"])
-        lines.append(f"{r['group']:<13}{r['region']:<17}"
-                     + "".join(f"{_signed(r[f'd_{s}'], r[f'd_{s}_sd'], int(r[f'd_{s}_seeds_up']), n):>20}"
-                               for s in ("mean", "p10", "p5", "iqr"))
-                     + f"{r['pooled_mean']:>+10.1f}{r['pooled_wilcoxon_p']:>9.3g}{r['pooled_holm_p']:>9.3g}")
-    lines += ["", "Claim check (DRO raises minority p10/p5, controls unchanged):"]
-    lines += ["  " + line for line in claim_check(paired)]
+        if r["group"] == "all":
+            continue
+        lines.append(f"{r['method']:<18}{r['group']:<13}{r['region']:<17}"
+                     + "".join(f"{_signed(r[f'd_{s}'], r[f'd_{s}_sd'], r[f'd_{s}_signs']):>22}"
+                               for s in REPORT_STATISTICS))
+    lines += ["", "Targets:"] + ["  " + t for t in targets]
     return "\n".join(lines)
 
 
-def write_outputs(out: Path, per_case: pd.DataFrame, by_seed: pd.DataFrame, summary: pd.DataFrame,
-                  paired: pd.DataFrame, settings: dict) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "per_case.csv", per_case.to_csv(index=False))
-    write_text_atomic(out / "summary_by_seed.csv", by_seed.to_csv(index=False))
-    write_text_atomic(out / "summary.csv", summary.to_csv(index=False))
-    write_text_atomic(out / "paired.csv", paired.to_csv(index=False))
-    write_text_atomic(out / "benchmark.json", json.dumps(settings, indent=2, default=str))
-    write_text_atomic(out / "summary.md", markdown_report(summary, paired, settings))
+def plot_tradeoff(path: Path, by_seed: pd.DataFrame, hardest: dict[str, str], arms: Sequence[str]) -> None:
+    """Minority p10 on its hardest structure (y) against the controls' mean Dice over regions (x),
+    one point per arm and seed, one panel per minority group; arm means as large markers."""
+    import matplotlib
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    majority = (by_seed[by_seed["group"] == MAJORITY_GROUP].groupby(["method", "seed"])["mean"].mean())
+    groups = [g for g in MINORITY_GROUPS if g in hardest]
+    with plt.style.context("default"):
+        fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(6.5 * max(1, len(groups)), 5.2), squeeze=False)
+        colours = plt.get_cmap("tab10")
+        for ax, group in zip(axes[0], groups):
+            region = hardest[group]
+            tail = by_seed[(by_seed["group"] == group) & (by_seed["region"] == region)].set_index(["method", "seed"])["p10"]
+            for k, arm in enumerate(arms):
+                keys = [key for key in tail.index if key[0] == arm and key in majority.index]
+                if not keys:
+                    continue
+                x = np.array([majority[key] for key in keys])
+                y = np.array([tail[key] for key in keys])
+                ax.scatter(x, y, color=colours(k), alpha=0.55, s=30)
+                ax.scatter(x.mean(), y.mean(), color=colours(k), s=140, marker="D", edgecolor="black",
+                           label=f"{arm} (mean of {len(keys)})")
+            ax.set_xlabel("controls: mean Dice over regions (%)")
+            ax.set_ylabel(f"{group}: p10 Dice of {region} (%)")
+            ax.set_title(f"{group}: worst cases vs the majority")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8, loc="best")
+        fig.suptitle("Robustness trade-off: one small point per arm and seed; up = better worst cases, "
+                     "right = better majority", fontsize=10)
+        fig.tight_layout()
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=110)
+        plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    default = DemoBudget()
     parser = argparse.ArgumentParser(
-        description="ERM vs DRO (nnUNetTrainerDRO) with equal budgets on the synthetic fetal-brain-like cohort, "
-                    "repeated over seeds; reports Dice mean, p10, p5 and IQR per condition and region and the "
-                    "paired comparison.")
-    parser.add_argument("--seeds", default="3", help="repetitions: a count N (seeds 0..N-1) or a list 0,1,2; "
-                                                     "each seed draws its own cohort and training seed. Default: 3")
-    parser.add_argument("--epochs", type=int, default=default.epochs,
-                        help=f"training epochs per arm and repetition. Default: {default.epochs}")
-    parser.add_argument("--iterations", type=int, default=default.iterations_per_epoch,
-                        help=f"training iterations per epoch. Default: {default.iterations_per_epoch}")
+        description="ERM vs DRO arms (CPU-budget nnU-Net trainers) on the synthetic fetal-brain-like cohort, "
+                    "paired over seeds; stores each (seed, arm) as it finishes and reports Dice mean, p10, p5 "
+                    "and IQR per condition and region, paired differences to ERM and the trade-off plot.")
+    parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a list 0,1,2. Default: 3")
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                        help=f"comma-separated arms among {', '.join(ARM_TRAINERS)}. Default: {','.join(DEFAULT_ARMS)}")
+    parser.add_argument("--epochs", type=int, default=None, help="override the budget's epochs (smoke runs only)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="override the budget's iterations per epoch (smoke runs only)")
     parser.add_argument("--n-train", type=int, default=40, help="training cases per cohort. Default: 40")
     parser.add_argument("--n-test", type=int, default=30, help="test cases per cohort. Default: 30")
     parser.add_argument("--size", type=int, default=32, help="voxels per side. Default: 32")
     parser.add_argument("-o", dest="output", default="results/robustness",
                         help="output and working folder. Default: results/robustness")
     parser.add_argument("-device", default="cpu", choices=["cpu", "cuda", "mps"], help="Default: cpu")
-    resume = parser.add_mutually_exclusive_group()
-    resume.add_argument("--keep", action="store_true",
-                        help="reuse finished steps of earlier runs in OUT/runs (resume an interrupted benchmark)")
-    resume.add_argument("--overwrite", action="store_true",
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: make the tables from the stored results of the requested seeds/arms")
+    parser.add_argument("--overwrite", action="store_true",
                         help="delete the run folders of the requested seeds first and start again")
     return parser
 
@@ -458,58 +404,72 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    seeds = parse_seeds(args.seeds)
+    seeds, arms = parse_seeds(args.seeds), parse_arms(args.arms)
+    if BASELINE not in arms:
+        raise UserError(f"--arms {args.arms!r}: the comparison needs the {BASELINE} arm")
     for flag, value, low in (("--epochs", args.epochs, 1), ("--iterations", args.iterations, 1),
-                             ("--n-train", args.n_train, 5),
-                             ("--n-test", args.n_test, 3), ("--size", args.size, 16)):
-        if value < low:
+                             ("--n-train", args.n_train, 5), ("--n-test", args.n_test, 3), ("--size", args.size, 16)):
+        if value is not None and value < low:
             raise UserError(f"{flag} {value}: must be at least {low}")
-    budget = DemoBudget(args.epochs, args.iterations)  # validation iterations: the demo's default
-    cohort = {"n_train": args.n_train, "n_test": args.n_test, "size": args.size}
+    budget = Budget(args.epochs, args.iterations)
     out = Path(args.output).resolve()
-    runs = out / "runs"
-    folders = {seed: runs / f"seed_{seed}" for seed in seeds}
-    existing = [f for f in folders.values() if f.exists()]
-    if existing and args.overwrite:
-        for folder in existing:
-            shutil.rmtree(folder)
-    elif existing and not args.keep:
-        raise UserError(f"{existing[0]} exists from an earlier run: pass --keep to reuse its finished steps "
-                        f"or --overwrite to start again")
-
-    iterations = budget.epochs * budget.iterations_per_epoch
-    total = len(seeds) * len(ARMS) * iterations
-    print(f"Budget: {len(seeds)} repetitions (seeds {', '.join(map(str, seeds))}) x {len(ARMS)} arms x "
-          f"{budget.epochs} epochs x {budget.iterations_per_epoch} iterations = {total} training iterations "
-          f"(~{total * SECONDS_PER_ITERATION / 60:.0f} min at {SECONDS_PER_ITERATION:g} s/iteration on 2 CPU cores, "
-          f"plus preprocessing, validation and prediction)")
-    print(f"Cohort per repetition: {args.n_train} train + {args.n_test} test cases of {args.size}^3. Output: {out}",
-          flush=True)
+    runs_folder = out / "runs"
+    if args.overwrite and not args.report_only:
+        for seed in seeds:
+            shutil.rmtree(runs_folder / f"seed_{seed}", ignore_errors=True)
     started = time.perf_counter()
-    tables = []
-    for index, seed in enumerate(seeds, 1):
-        print(f"[repetition {index}/{len(seeds)} | seed {seed} | {time.perf_counter() - started:6.0f} s] "
-              f"{folders[seed]}", flush=True)
-        per_case = run_repetition(folders[seed], seed, budget, cohort, args.device,
-                                  echo=lambda text: print(text, flush=True))
-        per_case = per_case[per_case["metric"] == "dice"].copy()
-        per_case.insert(0, "seed", seed)
-        tables.append(per_case)
+    say = lambda text: print(text, flush=True)  # noqa: E731
+    tables, run_rows = [], []
+    for seed in seeds:
+        cohort = Cohort(args.n_train, args.n_test, args.size, seed)
+        folder = runs_folder / f"seed_{seed}"
+        if args.report_only and not folder.is_dir():
+            continue
+        ws = Workspace(folder, DATASET_ID, DATASET_NAME, cohort, echo=say)
+        pending = [arm for arm in arms if not ws.finished(arm)]
+        if pending and not args.report_only:
+            say(f"[seed {seed} | {time.perf_counter() - started:6.0f} s] {folder}: to run {', '.join(pending)}")
+            ws.prepare()
+        for arm in arms:
+            if not ws.finished(arm):
+                if args.report_only:
+                    continue
+                ws.run_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
+            summary, per_case = ws.load(arm)
+            if summary.get("budget") != {"epochs": budget.epochs, "iterations_per_epoch": budget.iterations_per_epoch}:
+                raise UserError(f"{ws.arm_folder(arm)}: stored with budget {summary.get('budget')}, not "
+                                f"{budget}; use another -o or --overwrite")
+            say(convergence_line(f"{arm} seed {seed}", summary))
+            per_case = per_case.assign(seed=seed, method=arm)
+            tables.append(per_case)
+            run_rows.append(summary)
+    if not tables:
+        raise UserError(f"no finished runs in {runs_folder} for seeds {seeds} and arms {arms}")
 
     per_case = pd.concat(tables, ignore_index=True)
+    runs = pd.DataFrame(run_rows)
     by_seed = summary_by_seed(per_case)
-    summary = summary_over_seeds(by_seed)
+    summary = summary_over_seeds(by_seed, arms)
     paired = paired_comparison(per_case, by_seed)
-    settings = {"seeds": seeds, "cohort": cohort, "budget": _budget_dict(budget), "device": args.device,
-                "trainers": trainer_names(budget), "dataset": f"Dataset{DATASET_ID:03d}_{DATASET_NAME}",
-                "configuration": CONFIGURATION, "fold": FOLD, "regions": "feta", "group_column": GROUP_COLUMN,
-                "seconds": round(time.perf_counter() - started, 1), "runs": str(runs)}
-    write_outputs(out, per_case, by_seed, summary, paired, settings)
-    print("")
-    print(terminal_report(summary, paired))
-    print(f"\nBudget per arm and repetition: {budget.epochs} epochs x {budget.iterations_per_epoch} iterations; "
-          f"{len(seeds)} repetitions; {time.perf_counter() - started:.0f} s in total.")
-    print(f"Written: {out / 'summary.md'}, summary.csv, paired.csv, summary_by_seed.csv, per_case.csv")
+    hardest = hardest_regions(summary)
+    targets = targets_check(by_seed, paired, runs, hardest)
+    settings = {"seeds": sorted(set(runs["seed"])), "arms": [a for a in arms if a in set(runs["arm"])],
+                "cohort": {"n_train": args.n_train, "n_test": args.n_test, "size": args.size},
+                "budget": ("CPU budget defaults: 40 epochs x 25 iterations" if budget == Budget()
+                           else f"overridden: {budget}"),
+                "device": args.device, "seconds": round(time.perf_counter() - started, 1), "runs": str(runs_folder)}
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "per_case.csv", per_case.to_csv(index=False))
+    write_text_atomic(out / "summary_by_seed.csv", by_seed.to_csv(index=False))
+    write_text_atomic(out / "summary.csv", summary.to_csv(index=False))
+    write_text_atomic(out / "paired.csv", paired.to_csv(index=False))
+    write_text_atomic(out / "runs.csv", runs.drop(columns=["cohort"], errors="ignore").to_csv(index=False))
+    write_text_atomic(out / "benchmark.json", json.dumps({**settings, "hardest": hardest}, indent=2, default=str))
+    write_text_atomic(out / "summary.md", markdown_report(summary, paired, runs, settings, hardest, targets))
+    plot_tradeoff(out / "robustness_tradeoff.png", by_seed, hardest, settings["arms"])
+    say("")
+    say(terminal_report(summary, paired, targets))
+    say(f"\nWritten: {out / 'summary.md'}, summary.csv, paired.csv, runs.csv, robustness_tradeoff.png")
     return 0
 
 

@@ -10,20 +10,25 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 
-def all_gather_updates(indices: ArrayLike, losses: ArrayLike
-                       ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """All-gather (indices, losses) from every rank, in rank order.
+def all_gather_updates(indices: ArrayLike, losses: ArrayLike, *extra: ArrayLike
+                       ) -> tuple[NDArray, ...]:
+    """All-gather (indices, losses, *extra) from every rank, in rank order.
 
-    Returns the inputs unchanged (as arrays) if torch.distributed is not initialised. Ranks may
-    contribute different batch sizes (nnU-Net splits the global batch unevenly).
+    ``extra``: more per-sample float vectors to gather alongside (e.g. the beta each case was
+    drawn with). Returns the inputs unchanged (as arrays) if torch.distributed is not
+    initialised. Ranks may contribute different batch sizes (nnU-Net splits the global batch
+    unevenly).
     """
     idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     val = np.asarray(losses, dtype=np.float64).reshape(-1)
+    more = [np.asarray(e, dtype=np.float64).reshape(-1) for e in extra]
+    if any(m.shape != val.shape for m in more):
+        raise ValueError("every extra vector must have one value per index")
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return idx, val
+        return (idx, val, *more)
     world = dist.get_world_size()
     # NCCL only moves CUDA tensors; gloo (CPU) moves CPU tensors.
     device = (torch.device("cuda", torch.cuda.current_device())
@@ -33,11 +38,11 @@ def all_gather_updates(indices: ArrayLike, losses: ArrayLike
     dist.all_gather(sizes, size)
     sizes = [int(s.item()) for s in sizes]
     width = max(sizes)
-    packed = torch.zeros((2, width), dtype=torch.float64, device=device)
-    packed[0, :idx.size] = torch.from_numpy(idx.astype(np.float64))  # exact below 2**53
-    packed[1, :val.size] = torch.from_numpy(val)
+    rows = [idx.astype(np.float64), val, *more]  # indices are exact in float64 below 2**53
+    packed = torch.zeros((len(rows), width), dtype=torch.float64, device=device)
+    for r, row in enumerate(rows):
+        packed[r, :row.size] = torch.from_numpy(row)
     gathered = [torch.empty_like(packed) for _ in range(world)]
     dist.all_gather(gathered, packed)
-    out_idx = np.concatenate([g[0, :s].cpu().numpy() for g, s in zip(gathered, sizes)])
-    out_val = np.concatenate([g[1, :s].cpu().numpy() for g, s in zip(gathered, sizes)])
-    return out_idx.astype(np.int64), out_val
+    out = [np.concatenate([g[r, :s].cpu().numpy() for g, s in zip(gathered, sizes)]) for r in range(len(rows))]
+    return (out[0].astype(np.int64), *out[1:])

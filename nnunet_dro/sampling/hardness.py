@@ -29,7 +29,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.sampling.distributions import (chi2_dro_probabilities, effective_sample_size, entropy,
                                                kl_dro_probabilities)
-from nnunet_dro.sampling.storage import (CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, WARMUP,
+from nnunet_dro.sampling.storage import (BETA, CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, WARMUP,
                                          SamplerStorage)
 
 # Re-centre when beta * (L - c) would exceed this (exp(300) ~ 2e130: sums of 1e7 of them stay
@@ -100,12 +100,12 @@ class HardnessWeightedSampler:
         if not (0 < w_min <= w_max < math.inf):
             raise ValueError(f"clip must satisfy 0 < w_min <= w_max < inf, got {clip}")
         self.num_samples = num_samples
-        self.beta = float(beta)
         self.importance_sampling = bool(importance_sampling)
         self.clip = (w_min, w_max)
         self.seed = seed
         self.divergence = divergence
         self._storage = SamplerStorage(num_samples, shared=shared)
+        self._storage.header_float[BETA] = float(beta)
         self._rng = np.random.default_rng(seed)
         self._rng_pid = os.getpid()
         self._storage.losses[:] = self._initial_losses(init_loss)
@@ -130,12 +130,13 @@ class HardnessWeightedSampler:
     # Internal node k (1 <= k < n) has children 2k and 2k+1; a child j >= n is the leaf of
     # volume j - n, whose weight exp(beta * (L - c)) is computed from L instead of stored. This
     # is a full binary tree for any n, and keeps the state at 24 bytes per volume.
-    def _rebuild(self) -> None:
-        """O(n): re-centre ``c`` on max(L) and recompute every internal node."""
+    def _rebuild(self, beta: float | None = None) -> None:
+        """O(n): re-centre ``c`` on max(L) and recompute every internal node (for a new beta)."""
         st, n = self._storage, self.num_samples
+        beta = self.beta if beta is None else float(beta)
         centre = float(st.losses.max())
         full = np.empty(2 * n, dtype=np.float64)
-        full[n:] = np.exp(self.beta * (st.losses - centre))
+        full[n:] = np.exp(beta * (st.losses - centre))
         hi = n
         while hi > 1:  # one level at a time, bottom-up: nodes [lo, hi) have children >= hi
             lo = (hi + 1) // 2
@@ -144,6 +145,7 @@ class HardnessWeightedSampler:
             hi = lo
         self._begin_write()
         st.header_float[CENTRE] = centre
+        st.header_float[BETA] = beta
         st.tree[1:] = full[1:n]
         st.tree[0] = 0.0
         self._end_write()
@@ -160,26 +162,31 @@ class HardnessWeightedSampler:
 
         O(batch_size * log n). Safe to call in any process holding a copy of a shared sampler.
         """
+        return self.sample_with_beta(batch_size)[0]
+
+    def sample_with_beta(self, batch_size: int) -> tuple[NDArray[np.int64], float]:
+        """:meth:`sample`, and the beta the draw used (an adaptive scheme may change beta between
+        the draw in a data-augmentation worker and the training step that weights the batch)."""
         batch_size = int(batch_size)
         if batch_size < 0:
             raise ValueError(f"batch_size must be >= 0, got {batch_size}")
         rng = self._process_rng()
         st = self._storage
         if self.num_samples == 1 or batch_size == 0:
-            return np.zeros(batch_size, dtype=np.int64)
+            return np.zeros(batch_size, dtype=np.int64), self.beta
         if st.mv_header[WARMUP]:
-            return self._sample_warmup(batch_size, rng)
+            return self._sample_warmup(batch_size, rng), self.beta
         if self.divergence == "chi2":
-            return rng.choice(self.num_samples, batch_size, p=self.probabilities())
+            return rng.choice(self.num_samples, batch_size, p=self.probabilities()), self.beta
         header, losses, tree, fheader = st.mv_header, st.mv_losses, st.mv_tree, st.mv_centre_view
-        n, beta, exp = self.num_samples, self.beta, math.exp
+        n, exp = self.num_samples, math.exp
         last_attempt = _READ_RETRIES - 1
         for attempt in range(_READ_RETRIES):
             seq = header[SEQUENCE]
             if seq & 1 and attempt < last_attempt:
                 time.sleep(0)  # the owner is writing: let it finish
                 continue
-            centre, total = fheader[CENTRE], tree[1]
+            centre, total, beta = fheader[CENTRE], tree[1], fheader[BETA]
             drawn = []
             for r in rng.random(batch_size).tolist():
                 # descend from the root, going left with probability w_left / w_node
@@ -195,13 +202,28 @@ class HardnessWeightedSampler:
             # pauses) the indices are still valid, only drawn from a mix of old and new losses
             if header[SEQUENCE] == seq or attempt == last_attempt:
                 break
-        return np.array(drawn, dtype=np.int64)
+        return np.array(drawn, dtype=np.int64), float(beta)
 
     def _sample_warmup(self, batch_size: int, rng: np.random.Generator) -> NDArray[np.int64]:
         """Uniform over the volumes without a fresh loss yet (over all once every one has one)."""
         unseen = np.flatnonzero(self._storage.counts == 0)
         pool = unseen if unseen.size else np.arange(self.num_samples)
         return pool[rng.integers(0, pool.size, batch_size)].astype(np.int64)
+
+    @property
+    def beta(self) -> float:
+        """The inverse temperature in force (shared with every process that maps the state)."""
+        return float(self._storage.header_float[BETA])
+
+    def set_beta(self, beta: float) -> None:
+        """Change beta (an O(n) rebuild of the sum tree; a no-op if beta is unchanged). Draws in
+        other processes see the new value at once; a draw that overlapped the change is redone."""
+        beta = float(beta)
+        if not (math.isfinite(beta) and beta > 0):
+            raise ValueError(f"beta must be a finite positive number, got {beta}")
+        if beta == self.beta:
+            return
+        self._rebuild(beta)
 
     @property
     def in_warmup(self) -> bool:
@@ -264,7 +286,7 @@ class HardnessWeightedSampler:
             return
         header, losses, tree, counts = st.mv_header, st.mv_losses, st.mv_tree, st.mv_counts
         centre = st.mv_centre_view[CENTRE]
-        n, beta, exp = self.num_samples, self.beta, math.exp
+        n, beta, exp = self.num_samples, st.mv_centre_view[BETA], math.exp
         header[SEQUENCE] += 1  # seqlock: odd while writing
         highest = -math.inf
         for i, values in fresh_by_volume.items():
@@ -383,7 +405,8 @@ class HardnessWeightedSampler:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore losses, counts and RNG state (beta, clip and IS stay as constructed)."""
+        """Restore losses, counts and RNG state (beta, clip and IS stay as constructed; an adaptive
+        scheme restores its beta with :meth:`set_beta`)."""
         if int(state["num_samples"]) != self.num_samples:
             raise ValueError(f"state is for {state['num_samples']} volumes, this sampler has "
                              f"{self.num_samples}")
@@ -428,13 +451,16 @@ class HardnessWeightedSampler:
         return {"config": config, "state": self.state_dict()}
 
     def __setstate__(self, data: dict[str, Any]) -> None:
-        self.__dict__.update(data["config"])
+        config = dict(data["config"])
+        beta = float(config.pop("beta"))
+        self.__dict__.update(config)
         self._rng = np.random.default_rng(self.seed)
         self._rng_pid = -1  # derive a per-process stream on first draw
-        if "shm_name" in data:
+        if "shm_name" in data:  # beta lives in the shared header
             self._storage = SamplerStorage.attach(data["shm_name"], self.num_samples)
         else:
             self._storage = SamplerStorage(self.num_samples)
+            self._storage.header_float[BETA] = beta
             self.load_state_dict(data["state"])
 
     @property

@@ -30,6 +30,7 @@ CENTRE = 1        # float64: reference c of the exponent exp(beta * (L - c))
 NUM_SKIPPED = 2   # int64: non-finite losses refused so far
 NUM_UPDATES = 3   # int64: update() calls applied
 WARMUP = 4        # int64: 1 while the uniform warm-up pass is filling the stale losses
+BETA = 5          # float64: the inverse temperature in force (adaptive schemes change it)
 HEADER_SLOTS = 8
 
 

@@ -11,15 +11,29 @@ Use them with nnU-Net's own commands::
 """
 from nnunet_dro.training.related import (nnUNetTrainerDRO_warmup, nnUNetTrainerDROChi2,
                                          nnUNetTrainerDROChi2_noWarmup, nnUNetTrainerDROReweight, nnUNetTrainerL2RW)
-from nnunet_dro.training.trainer import (DRO_STATE_KEY, nnUNetTrainerConfigurableSGD, nnUNetTrainerDRO,
-                                         nnUNetTrainerPerSampleLoss)
+from nnunet_dro.training.trainer import (DRO_STATE_KEY, nnUNetTrainerCaseWeighting, nnUNetTrainerConfigurableSGD,
+                                         nnUNetTrainerDRO, nnUNetTrainerDROAdaptive, nnUNetTrainerPerSampleLoss)
 from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTrainerDRO_beta10,
                                           nnUNetTrainerDRO_beta10_noIS, nnUNetTrainerDRO_beta1000,
                                           nnUNetTrainerDRO_beta1000_noIS, nnUNetTrainerDRO_noIS,
-                                          nnUNetTrainerDRO_SGDnoMomentum)
+                                          nnUNetTrainerDRO_SGDnoMomentum, nnUNetTrainerDROAdaptive_f25,
+                                          nnUNetTrainerDROAdaptive_f50, nnUNetTrainerDROAdaptive_f75,
+                                          nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_noIS)
+from nnunet_dro.training.budget import (BUDGET_TRAINERS, nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
+                                        nnUNetTrainerDROAdaptive_CPUBudget, nnUNetTrainerDROAdaptive_f25_CPUBudget,
+                                        nnUNetTrainerDROAdaptive_f75_CPUBudget, nnUNetTrainerDROAdaptive_f90_CPUBudget,
+                                        nnUNetTrainerDROAdaptive_noIS_CPUBudget)
 
 __all__ = [
     "DRO_STATE_KEY",
+    "nnUNetTrainerCaseWeighting",
+    "nnUNetTrainerDROAdaptive",
+    "nnUNetTrainerDROAdaptive_f25",
+    "nnUNetTrainerDROAdaptive_f50",
+    "nnUNetTrainerDROAdaptive_f75",
+    "nnUNetTrainerDROAdaptive_f90",
+    "nnUNetTrainerDROAdaptive_noIS",
+    *BUDGET_TRAINERS,
     "nnUNetTrainerConfigurableSGD",
     "nnUNetTrainerDRO",
     "nnUNetTrainerDRO_beta10",

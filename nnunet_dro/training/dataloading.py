@@ -1,4 +1,4 @@
-"""nnU-Net's training data loader, drawing its cases from the shared hardness weighted sampler.
+"""nnU-Net's training data loader, drawing its cases from the shared case weighting.
 
 nnU-Net runs its data loader inside data-augmentation worker processes. The sampler handed to
 :class:`nnUNetDataLoaderDRO` keeps its stale losses in shared memory, so every worker draws from
@@ -7,7 +7,9 @@ updated a copy in the main process that the workers never saw).
 
 Only *which cases* make up a batch changes: nnU-Net's foreground oversampling (decided per
 batch position), cropping and augmentation are untouched. The batch already carries the drawn
-case identifiers under ``'keys'``; the trainer maps them back to sampler indices.
+case identifiers under ``'keys'``; the trainer maps them back to sampler indices. The batch also
+carries ``'dro_beta'``, the inverse temperature each case was drawn with: batches wait in a queue
+for several steps, and an adaptive scheme may change beta meanwhile.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from nnunetv2.training.dataloading.nnunet_dataset import nnUNetBaseDataset
 from nnunetv2.utilities.label_handling.label_handling import LabelManager
 
 from nnunet_dro.sampling import HardnessWeightedSampler
+from nnunet_dro.weighting import CaseWeighting
 
 
 class nnUNetDataLoaderDRO(nnUNetDataLoader):
@@ -28,8 +31,9 @@ class nnUNetDataLoaderDRO(nnUNetDataLoader):
     Args:
         case_ids: the training case identifiers in sampler order (index ``i`` of the sampler is
             ``case_ids[i]``); must be exactly the identifiers of ``data``.
-        sampler: a (shared) :class:`~nnunet_dro.sampling.HardnessWeightedSampler` over
-            ``len(case_ids)`` volumes.
+        sampler: a (shared) :class:`~nnunet_dro.weighting.CaseWeighting` or
+            :class:`~nnunet_dro.sampling.HardnessWeightedSampler` over ``len(case_ids)`` cases
+            (anything with ``num_cases``/``num_samples`` and ``sample_with_beta``).
 
     The other arguments are nnU-Net's (``sampling_probabilities`` is not accepted: the sampler
     decides).
@@ -42,7 +46,7 @@ class nnUNetDataLoaderDRO(nnUNetDataLoader):
                  final_patch_size: Union[List[int], Tuple[int, ...], np.ndarray],
                  label_manager: LabelManager,
                  case_ids: Sequence[str],
-                 sampler: HardnessWeightedSampler,
+                 sampler: CaseWeighting | HardnessWeightedSampler,
                  oversample_foreground_percent: float = 0.0,
                  pad_sides: Union[List[int], Tuple[int, ...]] = None,
                  probabilistic_oversampling: bool = False,
@@ -54,11 +58,19 @@ class nnUNetDataLoaderDRO(nnUNetDataLoader):
         case_ids = [str(c) for c in case_ids]
         if sorted(case_ids) != sorted(str(i) for i in data.identifiers):
             raise ValueError("case_ids must be exactly the identifiers of the training dataset")
-        if sampler.num_samples != len(case_ids):
-            raise ValueError(f"sampler has {sampler.num_samples} volumes but there are {len(case_ids)} cases")
+        size = getattr(sampler, "num_cases", None) or getattr(sampler, "num_samples")
+        if size != len(case_ids):
+            raise ValueError(f"sampler has {size} volumes but there are {len(case_ids)} cases")
         self.case_ids = np.array(case_ids)
         self.sampler = sampler
+        self._draw_beta = float("nan")
 
     def get_indices(self) -> np.ndarray:
         """The case identifiers of the next batch, drawn from the sampler's current distribution."""
-        return self.case_ids[self.sampler.sample(self.batch_size)]
+        indices, self._draw_beta = self.sampler.sample_with_beta(self.batch_size)
+        return self.case_ids[indices]
+
+    def generate_train_batch(self) -> dict:
+        batch = super().generate_train_batch()
+        batch["dro_beta"] = np.full(len(batch["keys"]), self._draw_beta, dtype=np.float64)
+        return batch

@@ -20,7 +20,7 @@ Hyper-parameters are class attributes, so variants are one-line subclasses::
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -31,8 +31,7 @@ from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
 from nnunetv2.utilities.helpers import dummy_context
 
 from nnunet_dro.sampling.learning_to_reweight import learning_to_reweight
-from nnunet_dro.sampling.reweighting import KLReweighter
-from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerPerSampleLoss
+from nnunet_dro.training.trainer import nnUNetTrainerCaseWeighting, nnUNetTrainerDRO, nnUNetTrainerPerSampleLoss
 
 
 # ---------------------------------------------------------------------- paper 001: chi-square DRO
@@ -69,12 +68,9 @@ class nnUNetTrainerDRO_warmup(nnUNetTrainerDRO):
 
 
 # ---------------------------------------------------------------------- paper 004: KL reweighting
-REWEIGHT_STATE_VERSION = 1
-
-
-class nnUNetTrainerDROReweight(nnUNetTrainerPerSampleLoss):
+class nnUNetTrainerDROReweight(nnUNetTrainerCaseWeighting):
     """KL-DRO by weighting instead of sampling (paper 004): nnU-Net's uniform loader, and the step
-    minimises ``mean_i(w_i * l_i)`` with ``w_i = exp(l_i / r) / u`` (:class:`KLReweighter`), where
+    minimises ``mean_i(w_i * l_i)`` with ``w_i = exp(l_i / r) / u`` (:class:`~nnunet_dro.weighting.KLReweighting`), where
     ``u`` is a running mean over batches of ``exp(l / r)`` (log space) and ``r = 1 / beta`` follows
     ``reweight_schedule`` over training (progress = ``current_epoch / num_epochs``).
 
@@ -92,61 +88,15 @@ class nnUNetTrainerDROReweight(nnUNetTrainerPerSampleLoss):
     convergence range and the core's default: with 0.1 one loss spike keeps ``u`` so high that
     every weight stays near 0 for a long time (seen in the digits experiment).
 
-    The state ``(log_u, r)`` is saved in nnU-Net's checkpoint under ``'dro_state'`` and restored
-    by ``--c``. ``train_loss`` in the log is the unweighted mean, comparable with nnU-Net's.
+    The state ``(log_u, r)`` and the latest loss of every case are saved in nnU-Net's checkpoint
+    under ``'dro_state'`` and restored by ``--c``; ``dro_hardness.csv`` lists the cases by their
+    latest loss. ``train_loss`` in the log is the unweighted mean, comparable with nnU-Net's.
     """
 
+    dro_scheme = "kl_reweight"
     reweight_schedule: Tuple[Tuple[float, float], ...] = ((0.0, 1.0), (1 / 3, 0.1), (2 / 3, 0.03))
     reweight_momentum: float = 0.5
     reweight_clip: Optional[Tuple[float, float]] = None
-
-    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
-                 device: torch.device = torch.device('cuda')):
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        self.reweighter = KLReweighter(self.reweight_schedule, self.reweight_momentum, self.reweight_clip)
-        self._reweight_epoch_max: List[float] = []
-
-    def initialize(self):
-        super().initialize()
-        self.print_to_log_file(
-            f"DRO reweighting (paper 004): uniform sampling, weights exp(l/r)/u, r schedule "
-            f"{[(round(s, 3), r) for s, r in self.reweight_schedule]} (start fraction, r), momentum "
-            f"{self.reweight_momentum}, clip {self.reweight_clip}")
-
-    def on_train_epoch_start(self):
-        super().on_train_epoch_start()
-        self._reweight_epoch_max = []
-
-    def train_step(self, batch: dict) -> dict:
-        data, target = self._to_device(batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        with autocast(self.device.type, enabled=True) if self.device.type == 'cuda' else dummy_context():
-            output = self.network(data)
-            per_sample = self.per_sample_loss(output, target)
-            # the weights need the running mean over batches: one small device->host copy
-            fresh = per_sample.detach().float().cpu().numpy().astype(np.float64)
-            w = self.reweighter.weights(fresh, self.current_epoch / max(1, self.num_epochs))
-            l = (torch.from_numpy(w.astype(np.float32)).to(per_sample.device) * per_sample).mean()
-        self._optimizer_step(l)
-        self._reweight_epoch_max.append(float(w.max()))
-        return {'loss': np.array(fresh.mean())}
-
-    def on_train_epoch_end(self, train_outputs: List[dict]):
-        super().on_train_epoch_end(train_outputs)
-        if self._reweight_epoch_max and self.reweighter.log_u is not None:
-            self.print_to_log_file(f"DRO reweighting: r {self.reweighter.r}, log u {self.reweighter.log_u:.4f}, "
-                                   f"largest weight this epoch {max(self._reweight_epoch_max):.3g}")
-
-    def _extra_checkpoint_state(self) -> Optional[Dict[str, Any]]:
-        return {"version": REWEIGHT_STATE_VERSION, "method": "kl_reweight", "reweighter": self.reweighter.state_dict()}
-
-    def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any]) -> None:
-        if not state or state.get("method") != "kl_reweight":
-            self.print_to_log_file("DRO reweighting: WARNING: the checkpoint has no reweighting state; the running "
-                                   "mean u starts from the next batch")
-            return
-        self.reweighter.load_state_dict(state["reweighter"])
-        self.print_to_log_file(f"DRO reweighting: restored r {self.reweighter.r} and log u {self.reweighter.log_u}")
 
 
 # ---------------------------------------------------------------------- paper 003: learning to reweight

@@ -51,35 +51,26 @@ from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 from nnunetv2.utilities.default_n_proc_DA import get_allowed_n_proc_DA
 from nnunetv2.utilities.helpers import dummy_context
 
-from nnunet_dro.sampling import (HardnessWeightedSampler, all_gather_updates, kl_dro_objective)
-from nnunet_dro.sampling.distributions import chi2_dro_objective
+from nnunet_dro.sampling import all_gather_updates
 from nnunet_dro.training.dataloading import nnUNetDataLoaderDRO
 from nnunet_dro.training.hardness_report import (HARDNESS_CSV, PROGRESS_PNG, hardness_table,
                                                  plot_dro_progress, write_hardness_csv)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
+from nnunet_dro.training.stability import pseudo_dice_history, stability_line
+from nnunet_dro.weighting import (AdaptiveHardnessWeighting, CaseWeighting, Chi2HardnessWeighting,
+                                  HardnessWeighting, ImportanceWeights, KLReweighting)
 
 #: Checkpoint key of the sampler state (stale losses, draw counts, RNG state, statistics).
 DRO_STATE_KEY = "dro_state"
-DRO_STATE_VERSION = 1
+DRO_STATE_VERSION = 2
 #: L_init: above any per-case value of nnU-Net's losses, so every case is drawn once early.
 DEFAULT_INIT_LOSS = 100.0
 
-HISTORY_KEYS = ("epoch", "entropy", "max_entropy", "effective_sample_size", "max_probability",
-                "clipped_fraction", "num_weights", "robust_loss", "mean_stale_loss", "num_skipped", "hardest")
-
-
-def importance_weights_torch(fresh: torch.Tensor, stale: torch.Tensor, beta: float,
-                             clip: Tuple[float, float]) -> torch.Tensor:
-    """``clip(exp(beta * (fresh - stale)), *clip)`` on the device, in log space (no overflow).
-
-    The same numbers as :meth:`HardnessWeightedSampler.importance_weights` (float32 instead of
-    float64); a non-finite fresh loss gets the neutral weight 1. No host synchronisation.
-
-    >>> importance_weights_torch(torch.tensor([0.5, 10.0]), torch.tensor([0.5, 0.0]), 100.0, (0.1, 10.0))
-    tensor([ 1., 10.])
-    """
-    log_w = (beta * (fresh.float() - stale.float())).clamp(math.log(clip[0]), math.log(clip[1]))
-    return torch.where(torch.isfinite(fresh), torch.exp(log_w), torch.ones_like(log_w))
+HISTORY_KEYS = ("epoch", "entropy", "max_entropy", "perplexity_fraction", "effective_sample_size", "ess_fraction",
+                "max_probability", "beta", "clipped_fraction", "mean_raw_weight", "max_raw_weight", "num_weights",
+                "robust_loss", "mean_stale_loss", "num_skipped", "hardest")
+#: Case-weighting schemes a trainer can name in ``dro_scheme``.
+SCHEMES = ("kl", "kl_adaptive", "chi2", "kl_reweight")
 
 
 @contextlib.contextmanager
@@ -196,91 +187,112 @@ class nnUNetTrainerPerSampleLoss(nnUNetTrainerConfigurableSGD):
             self.optimizer.step()
 
 
-class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
-    """nnU-Net training with hardness weighted sampling: the paper's setting (beta 100, importance
-    sampling, weights clipped to [0.1, 10]). See the module docstring for what changes.
+class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
+    """The one training loop of every trainer that draws or weights cases by their loss.
 
-    Class attributes (set them in a subclass):
+    It holds one :class:`~nnunet_dro.weighting.CaseWeighting` (``self.case_weighting``), built at
+    the end of :meth:`initialize` from the class attributes below (so ``--c`` restores its state
+    directly), and runs one training step: forward, per-case losses, ``w = weights(...)``, step on
+    ``mean(w * l)``, then ``update`` with every rank's (case, loss, draw beta). Trainers differ only
+    in class attributes.
 
-    - ``dro_beta``: inverse temperature of ``p = softmax(beta * L)``; ``beta -> 0`` is ERM.
-    - ``dro_divergence``: ``"kl"`` (Algorithm 1) or ``"chi2"`` (paper 001's Pearson chi-square
-      rule ``p_i = max(0, 1 + beta (L_i - lam)) / n``, see
-      :class:`~nnunet_dro.sampling.HardnessWeightedSampler`).
-    - ``dro_warmup``: start with a uniform pass that gives every case a fresh loss before the
-      hardness sampling starts (importance weights are 1 during it).
-    - ``dro_importance_sampling`` / ``dro_clip``: the clipped importance weights.
-    - ``dro_init_loss``: initial stale loss ``L_init`` of Algorithm 1, "the largest plausible
-      loss": ``None`` = 100, far above any per-case Dice + CE/BCE value of nnU-Net (an untrained
-      network gives about 1-3), so the first draws sweep the cases not yet seen before hardness
-      takes over (a lower value such as ln(number of classes) lets the first cases drawn, whose
-      untrained losses exceed it, take all the probability at beta = 100).
-    - ``dro_seed``: base seed of the draws (rank ``r`` uses ``seed + r``); ``None`` = fresh entropy.
-    - ``dro_num_hardest_logged``: how many hardest cases the log lists each epoch.
-    - ``dro_write_report_every_epoch``: refresh ``dro_hardness.csv``/``dro_progress.png`` each epoch
-      (otherwise only at the end of training).
+    Attributes (all ``dro_*``):
+
+    - ``dro_scheme``: ``"kl"`` (Algorithm 1, fixed ``dro_beta``), ``"kl_adaptive"`` (scale-free beta:
+      ``dro_fraction``, ``dro_beta_max``, ``dro_beta_rule``, ``dro_kappa``), ``"chi2"`` (Pearson
+      chi-square DRO with ``dro_beta``), ``"kl_reweight"`` (uniform draws, ``reweight_*``).
+    - ``dro_importance_sampling``, ``dro_clip``, ``dro_is_first_draw_one``, ``dro_is_self_normalise``:
+      the importance weights (:class:`~nnunet_dro.weighting.ImportanceWeights`).
+    - ``dro_warmup``: a uniform pass that gives every case a fresh loss first.
+    - ``dro_loss_smoothing``: ``L_i <- L_i + s (l_i - L_i)``; 1 replaces (the paper).
+    - ``dro_init_loss``: ``L_init`` (None: 100, above any per-case Dice + CE of nnU-Net, so every
+      case is drawn once before hardness takes over).
+    - ``dro_seed``: seed of the draws (rank r uses seed + r); None: fresh entropy.
     """
 
+    dro_scheme: str = "kl"
     dro_beta: float = 100.0
-    dro_divergence: str = "kl"
+    dro_divergence: str = "kl"  # release 1's switch; "chi2" still selects the chi-square scheme
+    dro_fraction: float = 0.5
+    dro_beta_max: float = 100.0
+    dro_beta_rule: str = "perplexity"
+    dro_kappa: float = 1.0
     dro_warmup: bool = False
     dro_importance_sampling: bool = True
     dro_clip: Tuple[float, float] = (0.1, 10.0)
+    dro_is_first_draw_one: bool = False
+    dro_is_self_normalise: bool = False
+    dro_loss_smoothing: float = 1.0
     dro_init_loss: Optional[float] = None
     dro_seed: Optional[int] = None
     dro_num_hardest_logged: int = 5
     dro_write_report_every_epoch: bool = True
+    reweight_schedule: Tuple[Tuple[float, float], ...] = ((0.0, 1.0), (1 / 3, 0.1), (2 / 3, 0.03))
+    reweight_momentum: float = 0.5
+    reweight_clip: Optional[Tuple[float, float]] = None
 
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):
         super().__init__(plans, configuration, fold, dataset_json, device)
-        self.dro_sampler: Optional[HardnessWeightedSampler] = None
+        self.case_weighting: Optional[CaseWeighting] = None
         self.dro_case_ids: Optional[List[str]] = None
         self._dro_index_of: Dict[str, int] = {}
         self.per_sample_loss: Optional[nn.Module] = None
-        # state read by load_checkpoint before the sampler exists (nnU-Net loads --c checkpoints
-        # before on_train_start); applied when the sampler is created, before the workers fork
-        self._dro_pending_state: Optional[Dict[str, Any]] = None
         self._dro_history: Dict[str, list] = {k: [] for k in HISTORY_KEYS}
-        self._dro_epoch_num_weights = 0
-        self._dro_epoch_num_clipped = 0
+        self._dro_final_state: Optional[Dict[str, Any]] = None
 
     # ------------------------------------------------------------------ set-up
+    @property
+    def scheme(self) -> str:
+        scheme = "chi2" if self.dro_divergence == "chi2" and self.dro_scheme == "kl" else self.dro_scheme
+        if scheme not in SCHEMES:
+            raise RuntimeError(f"{type(self).__name__}.dro_scheme = {scheme!r}: expected one of {SCHEMES}")
+        return scheme
+
     def initialize(self):
         super().initialize()
-        self.print_to_log_file(
-            f"DRO: hardness weighted sampling ({self.dro_divergence} divergence"
-            + (", uniform warm-up pass first" if self.dro_warmup else "")
-            + f") with beta={self.dro_beta}, importance sampling="
-            f"{'on' if self.dro_importance_sampling else 'off'}"
-            + (f" (weights clipped to [{self.dro_clip[0]}, {self.dro_clip[1]}])" if self.dro_importance_sampling else "")
-            + f", SGD momentum={self.sgd_momentum}, nesterov={self.sgd_nesterov and self.sgd_momentum > 0}")
+        tr_keys, _ = self.do_split()
+        self._create_case_weighting(tr_keys)
+        self.print_to_log_file(f"DRO: {self.case_weighting.describe()}, over {len(self.dro_case_ids)} training "
+                               f"cases; SGD momentum={self.sgd_momentum}, nesterov="
+                               f"{self.sgd_nesterov and self.sgd_momentum > 0}")
 
-    def _default_init_loss(self) -> float:
-        return DEFAULT_INIT_LOSS
+    def build_case_weighting(self, num_cases: int) -> CaseWeighting:
+        """The scheme named by the class attributes (override for a scheme of your own)."""
+        seed = None if self.dro_seed is None else int(self.dro_seed) + self.local_rank
+        init = DEFAULT_INIT_LOSS if self.dro_init_loss is None else float(self.dro_init_loss)
+        importance = ImportanceWeights(enabled=self.dro_importance_sampling, clip=tuple(self.dro_clip),
+                                       first_draw_one=self.dro_is_first_draw_one,
+                                       self_normalise=self.dro_is_self_normalise)
+        common = dict(init_loss=init, importance=importance, seed=seed, shared=True, warmup=self.dro_warmup,
+                      loss_smoothing=self.dro_loss_smoothing)
+        scheme = self.scheme
+        if scheme == "kl":
+            return HardnessWeighting(num_cases, beta=self.dro_beta, **common)
+        if scheme == "chi2":
+            return Chi2HardnessWeighting(num_cases, beta=self.dro_beta, **common)
+        if scheme == "kl_adaptive":
+            return AdaptiveHardnessWeighting(num_cases, fraction=self.dro_fraction, beta_max=self.dro_beta_max,
+                                             rule=self.dro_beta_rule, kappa=self.dro_kappa, **common)
+        return KLReweighting(num_cases, schedule=self.reweight_schedule, momentum=self.reweight_momentum,
+                             clip=self.reweight_clip, seed=seed)
 
-    def _create_sampler(self, case_ids: Sequence[str]) -> None:
-        """Create the shared sampler over the fold's training cases; apply a checkpoint's state."""
-        self._close_sampler()
+    def _create_case_weighting(self, case_ids: Sequence[str]) -> None:
+        self._close_case_weighting()
         self.dro_case_ids = sorted(str(c) for c in case_ids)
         self._dro_index_of = {c: i for i, c in enumerate(self.dro_case_ids)}
-        seed = None if self.dro_seed is None else int(self.dro_seed) + self.local_rank
-        init = self._default_init_loss() if self.dro_init_loss is None else float(self.dro_init_loss)
-        self.dro_sampler = HardnessWeightedSampler(
-            len(self.dro_case_ids), beta=self.dro_beta, init_loss=init,
-            importance_sampling=self.dro_importance_sampling, clip=tuple(self.dro_clip), seed=seed, shared=True,
-            divergence=self.dro_divergence, warmup=self.dro_warmup)
-        if self._dro_pending_state is not None:
-            self._apply_dro_state(self._dro_pending_state)
-            self._dro_pending_state = None
-        self.print_to_log_file(f"DRO: sampling from {len(self.dro_case_ids)} training cases")
+        self.case_weighting = self.build_case_weighting(len(self.dro_case_ids))
 
-    def _close_sampler(self) -> None:
-        if self.dro_sampler is not None:
-            self.dro_sampler.close()
-            self.dro_sampler = None
+    def _close_case_weighting(self) -> None:
+        if self.case_weighting is not None:
+            self.case_weighting.close()
+            self.case_weighting = None
 
     def get_dataloaders(self):
-        """nnU-Net's ``get_dataloaders`` with the training loader drawing from the DRO sampler."""
+        """nnU-Net's ``get_dataloaders``, with the training loader drawing from the case weighting
+        (nnU-Net's own loaders when the scheme draws uniformly)."""
+        if self.case_weighting.uniform_draws:
+            return super().get_dataloaders()
         if self.dataset_class is None:
             self.dataset_class = infer_dataset_class(self.preprocessed_dataset_folder)
         patch_size = self.configuration_manager.patch_size
@@ -299,11 +311,11 @@ class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
             ignore_label=self.label_manager.ignore_label)
 
         dataset_tr, dataset_val = self.get_tr_and_val_datasets()
-        # the sampler (shared memory) must exist before the workers fork
-        self._create_sampler(dataset_tr.identifiers)
+        if sorted(str(i) for i in dataset_tr.identifiers) != self.dro_case_ids:
+            raise RuntimeError(f"DRO: the training cases of fold {self.fold} changed since initialize()")
         dl_tr = nnUNetDataLoaderDRO(dataset_tr, self.batch_size, initial_patch_size,
                                     self.configuration_manager.patch_size, self.label_manager,
-                                    case_ids=self.dro_case_ids, sampler=self.dro_sampler,
+                                    case_ids=self.dro_case_ids, sampler=self.case_weighting,
                                     oversample_foreground_percent=self.oversample_foreground_percent,
                                     pad_sides=None, transforms=tr_transforms,
                                     probabilistic_oversampling=self.probabilistic_oversampling)
@@ -327,7 +339,7 @@ class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
                                                       num_cached=max(3, allowed_num_processes // 4), seeds=None,
                                                       pin_memory=self.device.type == 'cuda', wait_time=0.002)
         # let's get this party started (as nnU-Net does). The first training batch is drawn but
-        # not trained on, so it does not update the sampler.
+        # not trained on, so it does not update the state.
         _ = next(mt_gen_train)
         _ = next(mt_gen_val)
         return mt_gen_train, mt_gen_val
@@ -335,8 +347,7 @@ class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
     # ------------------------------------------------------------------ training step
     def on_train_epoch_start(self):
         super().on_train_epoch_start()
-        self._dro_epoch_num_weights = 0
-        self._dro_epoch_num_clipped = 0
+        self.case_weighting.set_progress(self.current_epoch / max(1, self.num_epochs))
 
     def _batch_indices(self, keys) -> np.ndarray:
         try:
@@ -347,57 +358,27 @@ class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
 
     def train_step(self, batch: dict) -> dict:
         indices = self._batch_indices(batch['keys'])
-        # stale losses of the drawn cases: a tiny host->device copy, queued before the forward pass
-        stale = torch.from_numpy(self.dro_sampler.losses[indices].astype(np.float32))
+        # the beta each case was drawn with (adaptive schemes change it between draw and step)
+        draw_beta = np.asarray(batch.get('dro_beta', np.full(indices.size, np.nan)), dtype=np.float64).reshape(-1)
         data, target = self._to_device(batch)
-        stale = stale.to(self.device, non_blocking=True)
 
         self.optimizer.zero_grad(set_to_none=True)
         # autocast only on CUDA, as in nnU-Net
         with autocast(self.device.type, enabled=True) if self.device.type == 'cuda' else dummy_context():
             output = self.network(data)
             per_sample = self.per_sample_loss(output, target)
-            if self.dro_importance_sampling:
-                weights = self._importance_weights(per_sample.detach(), stale, indices)
-                l = (weights * per_sample).mean()
-            else:
-                l = per_sample.mean()
+            # the weights need the fresh losses on the host: one small device->host copy of b values
+            fresh = per_sample.detach().float().cpu().numpy().astype(np.float64)
+            weights = self.case_weighting.weights(indices, fresh, draw_beta)
+            l = (torch.from_numpy(weights.astype(np.float32)).to(per_sample.device) * per_sample).mean()
         self._optimizer_step(l)
-
-        # the one device->host transfer of the step (nnU-Net does the same for its scalar loss)
-        fresh = per_sample.detach().cpu().numpy().astype(np.float64)
-        self._update_sampler(indices, fresh)
         # report the unweighted mean so that train_loss stays comparable with nnU-Net's
-        return {'loss': np.array(fresh.mean())}
+        unweighted = np.array(fresh.mean())
 
-    def _importance_weights(self, fresh: torch.Tensor, stale: torch.Tensor, indices: np.ndarray) -> torch.Tensor:
-        """Importance weights of the batch: 1 during the warm-up pass; for KL on the device without
-        a host sync; for chi2 from the sampler (its weights need the threshold; one small sync)."""
-        if self.dro_sampler.in_warmup:
-            return torch.ones_like(fresh)
-        if self.dro_divergence == "kl":
-            return importance_weights_torch(fresh, stale, self.dro_beta, self.dro_clip)
-        w = self.dro_sampler.importance_weights(indices, fresh.float().cpu().numpy().astype(np.float64))
-        return torch.from_numpy(w.astype(np.float32)).to(fresh.device)
-
-    def _update_sampler(self, indices: np.ndarray, fresh: np.ndarray) -> None:
-        """Gather the (case, loss) pairs of all ranks, count clipped weights, then ``L_i <- l_i``."""
-        all_indices, all_fresh = all_gather_updates(indices, fresh) if self.is_ddp else (indices, fresh)
-        if self.dro_importance_sampling and (self.dro_sampler.in_warmup or self.dro_divergence != "kl"):
-            # weights 1 during the warm-up (never clipped); chi2: count the sampler's clipped ratios
-            finite = np.isfinite(all_fresh)
-            if not self.dro_sampler.in_warmup:
-                w = self.dro_sampler.importance_weights(all_indices[finite], all_fresh[finite])
-                self._dro_epoch_num_clipped += int(np.count_nonzero((w <= self.dro_clip[0]) | (w >= self.dro_clip[1])))
-            self._dro_epoch_num_weights += int(finite.sum())
-        elif self.dro_importance_sampling:
-            finite = np.isfinite(all_fresh)
-            with np.errstate(invalid="ignore"):
-                log_w = self.dro_beta * (all_fresh[finite] - self.dro_sampler.losses[all_indices[finite]])
-            self._dro_epoch_num_clipped += int(np.count_nonzero(
-                (log_w <= math.log(self.dro_clip[0])) | (log_w >= math.log(self.dro_clip[1]))))
-            self._dro_epoch_num_weights += int(finite.sum())
-        self.dro_sampler.update(all_indices, all_fresh)
+        if self.is_ddp:
+            indices, fresh, draw_beta = all_gather_updates(indices, fresh, draw_beta)
+        self.case_weighting.update(indices, fresh, draw_beta)
+        return {'loss': unweighted}
 
     # ------------------------------------------------------------------ per-epoch statistics
     def on_train_epoch_end(self, train_outputs: List[dict]):
@@ -405,78 +386,64 @@ class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
         self._record_and_log_dro_statistics()
 
     def _record_and_log_dro_statistics(self) -> None:
-        s = self.dro_sampler
-        stats = s.stats(k=self.dro_num_hardest_logged)
-        if self.dro_importance_sampling and self._dro_epoch_num_weights > 0:
-            clipped = self._dro_epoch_num_clipped / self._dro_epoch_num_weights
-        else:
-            clipped = float('nan')
+        stats = self.case_weighting.epoch_stats(k=self.dro_num_hardest_logged)
         hardest = [(self.dro_case_ids[i], loss) for i, loss in stats["hardest"]]
-        record = {
-            "epoch": int(self.current_epoch),
-            "entropy": stats["entropy"],
-            "max_entropy": stats["max_entropy"],
-            "effective_sample_size": stats["effective_sample_size"],
-            "max_probability": stats["max_probability"],
-            "clipped_fraction": clipped,
-            "num_weights": int(self._dro_epoch_num_weights),
-            "robust_loss": (chi2_dro_objective if self.dro_divergence == "chi2" else kl_dro_objective)(
-                s.losses, self.dro_beta),
-            "mean_stale_loss": float(np.mean(s.losses)),
-            "num_skipped": int(stats["num_skipped"]),
-            "hardest": hardest,
-        }
+        record = {**{k: stats.get(k) for k in HISTORY_KEYS}, "epoch": int(self.current_epoch), "hardest": hardest}
         # a resumed run may repeat an epoch that a later checkpoint had recorded
         while self._dro_history["epoch"] and self._dro_history["epoch"][-1] >= record["epoch"]:
             for k in HISTORY_KEYS:
                 self._dro_history[k].pop()
         for k in HISTORY_KEYS:
-            self._dro_history[k].append(record[k])
+            self._dro_history.setdefault(k, []).append(record[k])
 
         n = len(self.dro_case_ids)
-        clipped_text = (f"{100 * clipped:.1f}% of {self._dro_epoch_num_weights}"
-                        if self.dro_importance_sampling else "n/a (importance sampling off)")
+        weights_text = (f"clipped importance weights {100 * stats['clipped_fraction']:.1f}% of {stats['num_weights']} "
+                        f"(mean raw weight {stats['mean_raw_weight']:.3g})"
+                        if stats["num_weights"] and math.isfinite(stats["clipped_fraction"]) else "importance weights n/a")
         self.print_to_log_file(
-            f"DRO: entropy of p {record['entropy']:.4f} (uniform {record['max_entropy']:.4f}), effective sample "
-            f"size {record['effective_sample_size']:.2f} of {n}, max p {record['max_probability']:.4f}, "
-            f"clipped importance weights {clipped_text}, robust loss {record['robust_loss']:.4f}, "
-            f"mean stale loss {record['mean_stale_loss']:.4f}"
-            + (f", skipped non-finite losses {record['num_skipped']}" if record['num_skipped'] else ""))
+            f"DRO: beta {stats['beta']:.4g}, perplexity {stats['perplexity_fraction'] * n:.2f} of {n} "
+            f"(entropy {stats['entropy']:.4f}, uniform {stats['max_entropy']:.4f}), effective sample size "
+            f"{stats['effective_sample_size']:.2f} of {n}, max p {stats['max_probability']:.4f}, {weights_text}, "
+            f"robust loss {stats['robust_loss']:.4f}, mean stale loss {stats['mean_stale_loss']:.4f}"
+            + (f", skipped non-finite losses {stats['num_skipped']}" if stats['num_skipped'] else ""))
         self.print_to_log_file("DRO: hardest cases: " + ", ".join(f"{c} ({v:.4f})" for c, v in hardest))
 
     def on_epoch_end(self):
         super().on_epoch_end()
+        if self.local_rank == 0:
+            self.print_to_log_file("DRO " + stability_line(pseudo_dice_history(self)))
         if self.dro_write_report_every_epoch:
             self.write_hardness_report()
 
     def on_train_end(self):
         super().on_train_end()  # saves checkpoint_final.pth (with dro_state), stops the workers
         self.write_hardness_report()
-        if self.dro_sampler is not None:
+        if self.case_weighting is not None:
             # keep the final state for any later save_checkpoint; release the shared memory
-            self._dro_pending_state = self._dro_state()
-            self._close_sampler()
+            self._dro_final_state = self._dro_state()
+            self._close_case_weighting()
 
     def write_hardness_report(self) -> None:
         """Write ``dro_hardness.csv`` and ``dro_progress.png`` to the fold folder (rank 0 only)."""
-        if self.local_rank != 0 or self.dro_sampler is None:
+        if self.local_rank != 0 or self.case_weighting is None:
             return
-        s = self.dro_sampler
-        table = hardness_table(self.dro_case_ids, np.array(s.losses), s.probabilities(), np.array(s.draw_counts))
+        w = self.case_weighting
+        table = hardness_table(self.dro_case_ids, np.array(w.losses), w.probabilities(), np.array(w.draw_counts))
         write_hardness_csv(join(self.output_folder, HARDNESS_CSV), table)
         plot_dro_progress(join(self.output_folder, PROGRESS_PNG), self._dro_history, len(self.dro_case_ids))
 
     # ------------------------------------------------------------------ checkpoint
     def _dro_state(self) -> Optional[Dict[str, Any]]:
-        if self.dro_sampler is None:
-            return self._dro_pending_state
+        if self.case_weighting is None:
+            return self._dro_final_state
         return {
             "version": DRO_STATE_VERSION,
+            "scheme": self.case_weighting.scheme,
             "case_ids": list(self.dro_case_ids),
-            "sampler": self.dro_sampler.state_dict(),
+            "weighting": self.case_weighting.state_dict(),
             "history": deepcopy(self._dro_history),
-            "config": {"beta": self.dro_beta, "importance_sampling": self.dro_importance_sampling,
-                       "clip": tuple(self.dro_clip), "divergence": self.dro_divergence, "warmup": self.dro_warmup},
+            "config": {k: getattr(self, k) for k in sorted(dir(type(self)))
+                       if k.startswith(("dro_", "reweight_")) and not callable(getattr(self, k))},
         }
 
     def _extra_checkpoint_state(self) -> Optional[Dict[str, Any]]:
@@ -485,13 +452,29 @@ class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
     def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any]) -> None:
         if state is None:
             self.print_to_log_file("DRO: WARNING: the checkpoint has no 'dro_state' (not a DRO training?); "
-                                   "the stale losses start from scratch")
+                                   "the case weighting starts from scratch")
             return
+        if self.case_weighting is None:  # load_checkpoint initialises first; this is a safety net
+            raise RuntimeError("DRO: load_checkpoint before initialize()")
         state = self._trim_history(state, int(checkpoint.get("current_epoch", 0)))
-        if self.dro_sampler is not None:
-            self._apply_dro_state(state)
-        else:
-            self._dro_pending_state = state
+        weighting_state = state.get("weighting")
+        if weighting_state is None:  # release 1: {'sampler': ...} or {'method': 'kl_reweight', 'reweighter': ...}
+            weighting_state = {k: v for k, v in state.items() if k in ("sampler", "reweighter")}
+        saved_ids = state.get("case_ids")
+        if saved_ids is not None and list(saved_ids) != list(self.dro_case_ids):
+            raise RuntimeError(
+                f"DRO: the checkpoint's case-weighting state is for {len(saved_ids)} training cases that differ "
+                f"from the {len(self.dro_case_ids)} training cases of fold {self.fold} now (was splits_final.json "
+                f"changed?). Resume with the original split or start a new training.")
+        saved_scheme = state.get("scheme", "kl_reweight" if "reweighter" in weighting_state else None)
+        if saved_scheme is not None and saved_scheme != self.case_weighting.scheme \
+                and {saved_scheme, self.case_weighting.scheme} != {"kl", "kl_adaptive"}:
+            raise RuntimeError(f"DRO: the checkpoint was trained with the {saved_scheme!r} scheme, this trainer uses "
+                               f"{self.case_weighting.scheme!r}; resume with the trainer that wrote it")
+        self.case_weighting.load_state_dict(weighting_state)
+        self._dro_history = {k: list(state.get("history", {}).get(k, [])) for k in HISTORY_KEYS}
+        self.print_to_log_file(f"DRO: restored the case-weighting state of {len(self.dro_case_ids)} cases from the "
+                               f"checkpoint")
 
     @staticmethod
     def _trim_history(state: Dict[str, Any], next_epoch: int) -> Dict[str, Any]:
@@ -502,13 +485,32 @@ class nnUNetTrainerDRO(nnUNetTrainerPerSampleLoss):
         state["history"] = {k: [history[k][i] for i in keep] if k in history else [] for k in HISTORY_KEYS}
         return state
 
-    def _apply_dro_state(self, state: Dict[str, Any]) -> None:
-        if list(state["case_ids"]) != list(self.dro_case_ids):
-            raise RuntimeError(
-                f"DRO: the checkpoint's sampler state is for {len(state['case_ids'])} training cases that differ "
-                f"from the {len(self.dro_case_ids)} training cases of fold {self.fold} now (was splits_final.json "
-                f"changed?). Resume with the original split or start a new training.")
-        self.dro_sampler.load_state_dict(state["sampler"])
-        self._dro_history = {k: list(state.get("history", {}).get(k, [])) for k in HISTORY_KEYS}
-        self.print_to_log_file(f"DRO: restored the stale losses and draw counts of {len(self.dro_case_ids)} "
-                               f"cases from the checkpoint")
+
+class nnUNetTrainerDRO(nnUNetTrainerCaseWeighting):
+    """nnU-Net training with hardness weighted sampling, exactly the paper's setting: KL, beta 100,
+    importance weights clipped to [0.1, 10] (Fidon et al., "Distributionally Robust Deep Learning
+    using Hardness Weighted Sampling", arXiv:2001.02658, Algorithm 1). See the module docstring
+    for what changes compared with ``nnUNetTrainer``; the attributes are those of
+    :class:`nnUNetTrainerCaseWeighting`."""
+
+    dro_scheme = "kl"
+    dro_beta = 100.0
+
+
+class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
+    """Scale-free hardness weighted sampling, the recommended robust trainer.
+
+    ``beta_t`` is re-solved from the stale losses so that ``softmax(beta_t L)`` stays spread over
+    at least ``dro_fraction`` (here half) of the training cases (perplexity ``exp(H(p)) >= f n``,
+    the KL-constrained DRO problem), capped at ``dro_beta_max`` = 100 (the paper's beta). The
+    importance weights use the beta a case was drawn with, are 1 at a case's first draw (its
+    stale loss is still ``L_init``) and are self-normalised (their running mean is divided out,
+    so the optimiser's effective learning rate stays nnU-Net's). Variants ``_f25``, ``_f50``,
+    ``_f75``, ``_f90`` set ``dro_fraction`` only.
+    """
+
+    dro_scheme = "kl_adaptive"
+    dro_fraction = 0.5
+    dro_beta_max = 100.0
+    dro_is_first_draw_one = True
+    dro_is_self_normalise = True

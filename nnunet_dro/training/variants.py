@@ -11,10 +11,23 @@
 | nnUNetTrainerDRO_SGDnoMomentum   | hardness weighted   | 100  | on                  | SGD, no momentum     |
 | nnUNetTrainer_SGDnoMomentum      | uniform (ERM)       | -    | -                   | SGD, no momentum     |
 
+Scale-free DRO (``beta_t`` re-solved so that ``softmax(beta_t L)`` keeps a perplexity of at least
+``f * n`` cases, ``beta_t <= 100``; importance weights at the draw-time beta, 1 at a case's first
+draw, self-normalised):
+
+| trainer                          | f (fraction of cases p stays spread over) | importance sampling |
+|----------------------------------|-------------------------------------------|---------------------|
+| nnUNetTrainerDROAdaptive         | 0.5                                       | on                  |
+| nnUNetTrainerDROAdaptive_f25     | 0.25 (most robust)                        | on                  |
+| nnUNetTrainerDROAdaptive_f50     | 0.5                                       | on                  |
+| nnUNetTrainerDROAdaptive_f75     | 0.75                                      | on                  |
+| nnUNetTrainerDROAdaptive_f90     | 0.9 (mildest)                             | on                  |
+| nnUNetTrainerDROAdaptive_noIS    | 0.5                                       | off                 |
+
 Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's
 arguments by name for checkpoints, so subclasses must not define ``__init__(*args, **kwargs)``.
 """
-from nnunet_dro.training.trainer import nnUNetTrainerConfigurableSGD, nnUNetTrainerDRO
+from nnunet_dro.training.trainer import nnUNetTrainerConfigurableSGD, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive
 
 
 class nnUNetTrainerDRO_beta10(nnUNetTrainerDRO):
@@ -49,3 +62,23 @@ class nnUNetTrainer_SGDnoMomentum(nnUNetTrainerConfigurableSGD):
     """ERM baseline for nnUNetTrainerDRO_SGDnoMomentum: nnU-Net's trainer with plain SGD."""
     sgd_momentum = 0.0
     sgd_nesterov = False
+
+
+class nnUNetTrainerDROAdaptive_f25(nnUNetTrainerDROAdaptive):
+    dro_fraction = 0.25
+
+
+class nnUNetTrainerDROAdaptive_f50(nnUNetTrainerDROAdaptive):
+    dro_fraction = 0.5
+
+
+class nnUNetTrainerDROAdaptive_f75(nnUNetTrainerDROAdaptive):
+    dro_fraction = 0.75
+
+
+class nnUNetTrainerDROAdaptive_f90(nnUNetTrainerDROAdaptive):
+    dro_fraction = 0.9
+
+
+class nnUNetTrainerDROAdaptive_noIS(nnUNetTrainerDROAdaptive):
+    dro_importance_sampling = False

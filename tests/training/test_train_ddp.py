@@ -8,15 +8,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import socket
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow  # two spawned processes import torch and nnU-Net
 
-from nnunet_dro.sampling import HardnessWeightedSampler
-from nnunet_dro.training import nnUNetTrainerDRO
+from nnunet_dro.sampling import all_gather_updates
+from nnunet_dro.weighting import AdaptiveHardnessWeighting
 
 WORLD = 2
 STEPS = 4
@@ -35,22 +34,21 @@ def _rank_main(rank: int, port: int, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        # own RNG stream per rank (seed + rank, as the trainer does with dro_seed)
-        sampler = HardnessWeightedSampler(NUM_CASES, beta=100.0, init_loss=np.linspace(0.5, 1.0, NUM_CASES),
-                                          seed=123 + rank)
-        # the trainer's own hyper-parameter defaults (class attributes), plus the state it needs
-        defaults = {k: getattr(nnUNetTrainerDRO, k) for k in dir(nnUNetTrainerDRO) if k.startswith("dro_")
-                    and not callable(getattr(nnUNetTrainerDRO, k))}
-        trainer_view = SimpleNamespace(**{**defaults, "is_ddp": True, "dro_sampler": sampler,
-                                          "_dro_epoch_num_weights": 0, "_dro_epoch_num_clipped": 0})
+        # own RNG stream per rank (seed + rank, as the trainer does with dro_seed); the adaptive
+        # scheme, whose beta also follows the gathered losses
+        weighting = AdaptiveHardnessWeighting(NUM_CASES, fraction=0.5, init_loss=np.linspace(0.5, 1.0, NUM_CASES),
+                                              seed=123 + rank)
         rng = np.random.default_rng(rank)
         drawn = []
         for _ in range(STEPS):
-            idx = sampler.sample(2 + rank)  # nnU-Net splits the global batch unevenly across ranks
+            idx, beta = weighting.sample_with_beta(2 + rank)  # nnU-Net splits the global batch unevenly
             drawn.append(idx.tolist())
-            nnUNetTrainerDRO._update_sampler(trainer_view, idx, rng.uniform(-1.0, 0.0, idx.size))
-        results.put((rank, np.array(sampler.losses), np.array(sampler.draw_counts),
-                     trainer_view._dro_epoch_num_weights, drawn))
+            fresh = rng.uniform(-1.0, 0.0, idx.size)
+            weighting.weights(idx, fresh, beta)
+            # what the trainer's train_step does after its optimiser step
+            weighting.update(*all_gather_updates(idx, fresh, np.full(idx.size, beta)))
+        results.put((rank, np.array(weighting.losses), np.array(weighting.draw_counts),
+                     weighting.counters.num_weights, weighting.current_beta, drawn))
     finally:
         dist.destroy_process_group()
 
@@ -83,8 +81,9 @@ def test_ranks_hold_the_same_loss_vector_after_all_gathered_updates():
         for p in procs:
             p.join(timeout=60)
     assert all(p.exitcode == 0 for p in procs)
-    (_, losses0, counts0, weights0, drawn0), (_, losses1, counts1, weights1, drawn1) = out
+    (_, losses0, counts0, weights0, beta0, drawn0), (_, losses1, counts1, weights1, beta1, drawn1) = out
     np.testing.assert_array_equal(losses0, losses1)
+    assert beta0 == beta1                            # the adaptive beta is the same on every rank
     np.testing.assert_array_equal(counts0, counts1)
     assert counts0.sum() == STEPS * (2 + 3)          # every rank saw every rank's pairs
     assert weights0 == weights1 == STEPS * (2 + 3)    # clipped-weight statistics are global too

@@ -155,18 +155,19 @@ def train(ds, trainer_dir, trainer, num_epochs=1, *extra):
 def test_chi2_trainer_trains_with_nnunet_cli(label_dataset, related_trainer_dir):
     checkpoint, log = train(label_dataset, related_trainer_dir, "nnUNetTrainerDROChi2_e2eTest")
     state = checkpoint["dro_state"]
-    assert state["config"]["divergence"] == "chi2" and state["config"]["warmup"] is True
-    assert state["sampler"]["divergence"] == "chi2"
+    assert state["scheme"] == "chi2" and state["config"]["dro_warmup"] is True
+    assert state["weighting"]["sampler"]["divergence"] == "chi2"
     batch_size = checkpoint["init_args"]["plans"]["configurations"]["3d_fullres"]["batch_size"]
-    counts = np.asarray(state["sampler"]["draw_counts"])
+    counts = np.asarray(state["weighting"]["sampler"]["draw_counts"])
     assert counts.sum() == 2 * batch_size
-    losses = np.asarray(state["sampler"]["losses"])
+    losses = np.asarray(state["weighting"]["sampler"]["losses"])
     assert np.all(np.isfinite(losses))
     # fresh losses replaced the initial value (L_init) of the drawn cases, and only theirs
     from nnunet_dro.training.trainer import DEFAULT_INIT_LOSS
     assert np.all(losses[counts > 0] < 0.5 * DEFAULT_INIT_LOSS)
     assert np.all(np.abs(losses[counts == 0] - DEFAULT_INIT_LOSS) < 1e-3)
-    assert "chi2 divergence, uniform warm-up pass first" in log and "DRO: entropy of p" in log
+    assert "hardness weighted sampling (chi2)" in log and "uniform warm-up pass first" in log
+    assert "DRO: beta 10, perplexity" in log
     assert np.isfinite(state["history"]["robust_loss"][0])
 
 
@@ -174,10 +175,12 @@ def test_chi2_trainer_trains_with_nnunet_cli(label_dataset, related_trainer_dir)
 def test_reweight_trainer_trains_with_nnunet_cli(label_dataset, related_trainer_dir):
     checkpoint, log = train(label_dataset, related_trainer_dir, "nnUNetTrainerDROReweight_e2eTest")
     state = checkpoint["dro_state"]
-    assert state["method"] == "kl_reweight"
-    assert state["reweighter"]["r"] == training.nnUNetTrainerDROReweight.reweight_schedule[0][1]
-    assert np.isfinite(state["reweighter"]["log_u"])
-    assert "DRO reweighting: r 1.0" in log and "largest weight this epoch" in log
+    assert state["scheme"] == "kl_reweight"
+    assert state["weighting"]["reweighter"]["r"] == training.nnUNetTrainerDROReweight.reweight_schedule[0][1]
+    assert np.isfinite(state["weighting"]["reweighter"]["log_u"])
+    assert "KL reweighting: uniform draws" in log and "DRO: beta 1, perplexity" in log
+    # the latest loss of the cases it saw is kept for the hardness report
+    assert np.isfinite(state["weighting"]["losses"]).sum() >= 1
     assert np.isfinite(checkpoint["logging"]["train_losses"][-1])
 
 
@@ -199,24 +202,34 @@ def test_reweight_checkpoint_round_trip_restores_the_running_mean(label_dataset,
         return trainer
 
     trainer = make()
-    trainer.reweighter.weights([0.2, 0.5], progress=0.5)
-    trainer.reweighter.weights([0.1, 0.3], progress=0.5)
-    expected = trainer.reweighter.state_dict()
+    trainer.case_weighting.set_progress(0.5)
+    trainer.case_weighting.update([0, 1], [0.2, 0.5])
+    trainer.case_weighting.update([2, 1], [0.1, 0.3])
+    expected = trainer.case_weighting.reweighter.state_dict()
     assert expected["r"] == 0.1 and np.isfinite(expected["log_u"])
     path = tmp_path / "checkpoint_latest.pth"
     trainer.save_checkpoint(str(path))
     saved = torch.load(str(path), map_location="cpu", weights_only=False)
-    assert saved["dro_state"]["reweighter"] == expected
+    assert saved["dro_state"]["weighting"]["reweighter"] == expected
 
     resumed = make()
-    assert resumed.reweighter.state_dict() == {"log_u": None, "r": None}
+    assert resumed.case_weighting.reweighter.state_dict() == {"log_u": None, "r": None}
     resumed.load_checkpoint(str(path))
-    assert resumed.reweighter.state_dict() == expected
+    assert resumed.case_weighting.reweighter.state_dict() == expected
+    np.testing.assert_array_equal(resumed.case_weighting.draw_counts, trainer.case_weighting.draw_counts)
     # the next batch at the same temperature continues the running mean instead of restarting it
     fresh = make()
-    fresh.reweighter.weights([0.4, 0.4], progress=0.5)
-    resumed.reweighter.weights([0.4, 0.4], progress=0.5)
-    assert resumed.reweighter.log_u != fresh.reweighter.log_u
+    for t in (fresh, resumed):
+        t.case_weighting.set_progress(0.5)
+        t.case_weighting.update([0, 0], [0.4, 0.4])
+    assert resumed.case_weighting.reweighter.log_u != fresh.case_weighting.reweighter.log_u
+
+    # a checkpoint of release 1 ({'method': 'kl_reweight', 'reweighter': ...}) still loads
+    saved["dro_state"] = {"version": 1, "method": "kl_reweight", "reweighter": expected}
+    torch.save(saved, str(path))
+    old = make()
+    old.load_checkpoint(str(path))
+    assert old.case_weighting.reweighter.state_dict() == expected
 
 
 @pytest.mark.slow
@@ -259,34 +272,3 @@ def test_l2rw_weights_on_an_nnunet_unet_leave_its_parameters_in_place():
     assert w.shape == (3,) and torch.all(w >= 0) and (w.sum().item() == pytest.approx(1.0) or w.sum() == 0)
     (w * per_sample(net(x), y)).sum().backward()  # the weighted step works afterwards
     assert all(p.grad is not None for p in net.parameters())
-
-
-@pytest.mark.parametrize("divergence, warmup", [("kl", True), ("kl", False), ("chi2", True), ("chi2", False)])
-def test_importance_weights_follow_divergence_and_warmup(divergence, warmup):
-    """The trainer's weights: 1 during the warm-up pass, then the sampler's (chi2) or the on-device
-    KL weights; the clipped-weight statistics count only real weights."""
-    from nnunet_dro.sampling import HardnessWeightedSampler
-
-    rng = np.random.default_rng(0)
-    trainer = training.nnUNetTrainerDRO.__new__(training.nnUNetTrainerDRO)  # no nnU-Net set-up needed
-    trainer.dro_divergence, trainer.dro_warmup, trainer.dro_beta = divergence, warmup, 10.0
-    trainer.dro_importance_sampling, trainer.dro_clip, trainer.is_ddp = True, (0.1, 10.0), False
-    trainer._dro_epoch_num_weights = trainer._dro_epoch_num_clipped = 0
-    with HardnessWeightedSampler(6, beta=10.0, init_loss=rng.uniform(0, 1, 6), divergence=divergence,
-                                 warmup=warmup, seed=0) as s:
-        trainer.dro_sampler = s
-        idx = np.array([0, 1, 2])
-        fresh = np.array([0.9, 0.1, 0.5])
-        w = trainer._importance_weights(torch.tensor(fresh, dtype=torch.float32),
-                                        torch.tensor(np.array(s.losses)[idx], dtype=torch.float32), idx).numpy()
-        if warmup:
-            np.testing.assert_array_equal(w, np.ones(3))
-        else:
-            np.testing.assert_allclose(w, s.importance_weights(idx, fresh), rtol=1e-5)
-            assert not np.allclose(w, 1.0)
-        trainer._update_sampler(idx, fresh)
-        assert trainer._dro_epoch_num_weights == 3
-        if warmup:
-            assert trainer._dro_epoch_num_clipped == 0 and s.in_warmup  # 3 of 6 cases seen: still warming up
-            trainer._update_sampler(np.array([3, 4, 5]), np.array([0.2, 0.3, 0.4]))
-            assert not s.in_warmup

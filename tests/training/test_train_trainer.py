@@ -1,5 +1,5 @@
-"""nnUNetTrainerDRO in-process: workers follow the shared sampler, train_step updates it, the
-checkpoint carries 'dro_state' and restores it before the loaders start."""
+"""nnUNetTrainerDRO in-process: workers follow the shared case weighting, train_step updates it,
+the checkpoint carries 'dro_state' and --c restores it in load_checkpoint (before the loaders)."""
 from __future__ import annotations
 
 import math
@@ -10,9 +10,7 @@ import torch
 from batchgenerators.dataloading.nondet_multi_threaded_augmenter import NonDetMultiThreadedAugmenter
 from batchgenerators.utilities.file_and_folder_operations import load_json
 
-from nnunet_dro.sampling import HardnessWeightedSampler
 from nnunet_dro.training import DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS
-from nnunet_dro.training.trainer import importance_weights_torch
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -33,20 +31,7 @@ def shut_down(trainer):
     for loader in (trainer.dataloader_train, trainer.dataloader_val):
         if isinstance(loader, NonDetMultiThreadedAugmenter):
             loader._finish()
-    trainer._close_sampler()
-
-
-def test_importance_weights_on_device_match_the_sampler():
-    rng = np.random.default_rng(0)
-    with HardnessWeightedSampler(20, beta=100.0, init_loss=rng.uniform(0, 1, 20), seed=0) as s:
-        idx = s.sample(64)
-        fresh = np.array(s.losses)[idx] + rng.normal(0, 0.05, 64)
-        fresh[3] = np.nan
-        ours = importance_weights_torch(torch.tensor(fresh, dtype=torch.float32),
-                                        torch.tensor(np.array(s.losses)[idx], dtype=torch.float32), 100.0, (0.1, 10.0))
-        np.testing.assert_allclose(ours.numpy(), s.importance_weights(idx, fresh), rtol=1e-4)
-        assert ours.min() >= 0.1 - 1e-6 and ours.max() <= 10 + 1e-5  # clipped on both sides
-        assert (ours == 10).any() or np.isclose(ours.numpy(), 10).any()
+    trainer._close_case_weighting()
 
 
 def test_workers_follow_the_main_process_sampler(label_dataset, monkeypatch):
@@ -56,7 +41,7 @@ def test_workers_follow_the_main_process_sampler(label_dataset, monkeypatch):
     dl_tr, _ = trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
     try:
         assert isinstance(dl_tr, NonDetMultiThreadedAugmenter) and dl_tr.num_processes == 2
-        s = trainer.dro_sampler
+        s = trainer.case_weighting.sampler
         n = s.num_samples
         # batches that may have been drawn before an update: both queues, one in the hand-over
         # thread, one per worker (measured: exactly this many when the queues are full), plus a
@@ -79,7 +64,7 @@ def test_train_step_updates_the_stale_losses_of_the_drawn_cases(label_dataset, m
     trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=cls)
     trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
     try:
-        s = trainer.dro_sampler
+        s = trainer.case_weighting.sampler
         before = np.array(s.losses)
         trainer.network.train()
         trainer.on_train_epoch_start()
@@ -94,11 +79,11 @@ def test_train_step_updates_the_stale_losses_of_the_drawn_cases(label_dataset, m
         if len(set(idx.tolist())) in (1, len(idx)):
             assert math.isclose(float(out["loss"]), float(after[idx].mean()), rel_tol=1e-9)
         if cls.dro_importance_sampling:
-            assert trainer._dro_epoch_num_weights == len(idx)
+            assert trainer.case_weighting.counters.num_weights == len(idx)
             # the initial stale loss lies far above a fresh loss: beta*(l - L) << log 0.1, clipped
-            assert trainer._dro_epoch_num_clipped == len(idx)
+            assert trainer.case_weighting.counters.num_clipped == len(idx)
         else:
-            assert trainer._dro_epoch_num_weights == 0
+            assert trainer.case_weighting.counters.num_weights == 0
     finally:
         shut_down(trainer)
 
@@ -108,7 +93,7 @@ def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(labe
     trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
     original_save, original_load = torch.save, torch.load
     try:
-        s = trainer.dro_sampler
+        s = trainer.case_weighting.sampler
         rng = np.random.default_rng(1)
         s.update(np.arange(s.num_samples), rng.uniform(-1, 0, s.num_samples))
         s.update([0, 0, 1], [0.1, 0.3, -0.2])
@@ -122,7 +107,7 @@ def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(labe
         saved = torch.load(str(path), weights_only=False)
         assert {"network_weights", "optimizer_state", "current_epoch", DRO_STATE_KEY} <= set(saved)
         state = saved[DRO_STATE_KEY]
-        np.testing.assert_array_equal(state["sampler"]["losses"], np.array(s.losses))
+        np.testing.assert_array_equal(state["weighting"]["sampler"]["losses"], np.array(s.losses))
         assert state["case_ids"] == trainer.dro_case_ids
         expected_losses, expected_counts = np.array(s.losses), np.array(s.draw_counts)
     finally:
@@ -131,11 +116,12 @@ def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(labe
     resumed = make_trainer(label_dataset, monkeypatch, n_proc_da=0)
     resumed.load_checkpoint(str(path))  # as nnUNetv2_train --c: before on_train_start
     assert torch.load is original_load
-    assert resumed.dro_sampler is None and resumed._dro_pending_state is not None
+    # applied at once: the case weighting exists since initialize()
+    np.testing.assert_array_equal(np.array(resumed.case_weighting.losses), expected_losses)
     resumed.dataloader_train, resumed.dataloader_val = resumed.get_dataloaders()
     try:
-        np.testing.assert_array_equal(np.array(resumed.dro_sampler.losses), expected_losses)
-        np.testing.assert_array_equal(np.array(resumed.dro_sampler.draw_counts), expected_counts)
+        np.testing.assert_array_equal(np.array(resumed.case_weighting.losses), expected_losses)
+        np.testing.assert_array_equal(np.array(resumed.case_weighting.draw_counts), expected_counts)
         assert resumed._dro_history["epoch"] == [0]
         assert resumed.current_epoch == 1
     finally:
@@ -145,7 +131,6 @@ def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(labe
     saved[DRO_STATE_KEY]["case_ids"] = ["other"] * len(saved[DRO_STATE_KEY]["case_ids"])
     torch.save(saved, str(path))
     wrong = make_trainer(label_dataset, monkeypatch, n_proc_da=0)
-    wrong.load_checkpoint(str(path))
     with pytest.raises(RuntimeError, match="differ from"):
-        wrong.get_dataloaders()
-    wrong._close_sampler()
+        wrong.load_checkpoint(str(path))
+    wrong._close_case_weighting()

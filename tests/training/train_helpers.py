@@ -42,10 +42,10 @@ class nnUNetTrainerDRO_e2eTest(nnUNetTrainerDRO):
             return
         super().perform_actual_validation(save_probabilities)
 
-    def _create_sampler(self, case_ids):
-        super()._create_sampler(case_ids)
+    def on_train_start(self):
+        super().on_train_start()
         # the loss vector the data-augmentation workers start from (checked by the resume test)
-        np.save(os.path.join(self.output_folder, 'dro_losses_at_start.npy'), np.array(self.dro_sampler.losses))
+        np.save(os.path.join(self.output_folder, 'dro_losses_at_start.npy'), np.array(self.case_weighting.losses))
 '''
 
 

@@ -1,0 +1,150 @@
+"""CPU-budget trainers for the demo and the robustness benchmark: real classes, nnU-Net names.
+
+A robustness claim needs a network that has learned the majority of the data; nnU-Net's default
+budget (1000 epochs x 250 iterations of a 32..320-feature U-Net) needs a GPU. ``<Trainer>_CPUBudget``
+keeps everything of ``<Trainer>`` (plans, patch size, loss, augmentation, sampling, weighting) and
+changes only what a 2-core CPU cannot afford:
+
+- the network is narrower: a quarter of nnU-Net's features per stage (``budget_width_divisor``);
+  the same class of network, stages, kernels and strides, so prediction uses the same class;
+- the budget is 40 epochs x 25 iterations = 1000 iterations (``budget_epochs``,
+  ``budget_iterations_per_epoch``), 3 validation iterations per epoch;
+- nnU-Net's final validation is skipped (``budget_final_validation``): with fold ``all`` it only
+  re-predicts the training cases; the benchmark evaluates a held-out test set instead;
+- ``nnUNet_dro_num_epochs`` / ``nnUNet_dro_iterations_per_epoch`` override the budget (quick
+  looks and tests; every figure we report uses the class defaults);
+- with ``nnUNet_dro_seed`` set (an integer), torch is seeded right before the network is built,
+  so every arm of one benchmark repetition starts from the same initial weights, and a DRO
+  trainer's draws use that seed (the augmentation workers stay unseeded, as in nnU-Net).
+
+Each class is a plain subclass (``class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO)``)
+and is found by ``nnUNetv2_train -tr`` / ``nnUNetv2_predict -tr`` like every trainer of ours.
+"""
+from __future__ import annotations
+
+import os
+from copy import deepcopy
+
+import torch
+from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
+
+from nnunet_dro.training.stability import pseudo_dice_history, stability_line
+
+#: Environment variables (nnU-Net style): the seed of a benchmark repetition, and overrides of
+#: the budget (smoke tests and quick looks; the benchmark's figures use the class defaults).
+SEED_ENV = "nnUNet_dro_seed"
+EPOCHS_ENV = "nnUNet_dro_num_epochs"
+ITERATIONS_ENV = "nnUNet_dro_iterations_per_epoch"
+
+
+def _int_from_env(name: str) -> int | None:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise RuntimeError(f"{name}={text!r} is not an integer") from None
+
+
+def budget_seed() -> int | None:
+    """The seed from ``$nnUNet_dro_seed`` (None if unset or empty)."""
+    return _int_from_env(SEED_ENV)
+
+
+class CPUBudget:
+    """Mixin: the CPU budget described in the module docstring. Put it *first* in the bases."""
+
+    budget_epochs: int = 40
+    budget_iterations_per_epoch: int = 25
+    budget_val_iterations_per_epoch: int = 3
+    budget_width_divisor: int = 4
+    budget_min_features: int = 4
+    budget_final_validation: bool = False
+
+    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
+                 device: torch.device = torch.device('cuda')):
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        self.num_epochs = _int_from_env(EPOCHS_ENV) or self.budget_epochs
+        self.num_iterations_per_epoch = _int_from_env(ITERATIONS_ENV) or self.budget_iterations_per_epoch
+        self.num_val_iterations_per_epoch = self.budget_val_iterations_per_epoch
+        seed = budget_seed()
+        if seed is not None and hasattr(self, "dro_seed"):
+            self.dro_seed = seed
+
+    @classmethod
+    def build_network_architecture(cls, plans_manager: PlansManager, configuration_manager: ConfigurationManager,
+                                   num_input_channels: int, num_output_channels: int,
+                                   enable_deep_supervision: bool = True) -> torch.nn.Module:
+        """nnU-Net's network with ``features_per_stage`` divided by ``budget_width_divisor``."""
+        narrow = ConfigurationManager(deepcopy(configuration_manager.configuration))
+        kwargs = narrow.network_arch_init_kwargs
+        kwargs["features_per_stage"] = [max(cls.budget_min_features, int(f) // cls.budget_width_divisor)
+                                        for f in kwargs["features_per_stage"]]
+        return super().build_network_architecture(plans_manager, narrow, num_input_channels, num_output_channels,
+                                                  enable_deep_supervision)
+
+    def initialize(self):
+        seed = budget_seed()
+        if seed is not None:
+            torch.manual_seed(seed)  # the same initial weights in every arm of a repetition
+        super().initialize()
+        self.print_to_log_file(
+            f"CPU budget: {self.num_epochs} epochs x {self.num_iterations_per_epoch} iterations, network features "
+            f"{self.network_features()}" + (f", seed {seed}" if seed is not None else ""))
+
+    def network_features(self) -> list[int]:
+        kwargs = self.configuration_manager.network_arch_init_kwargs
+        return [max(self.budget_min_features, int(f) // self.budget_width_divisor) for f in kwargs["features_per_stage"]]
+
+    def on_epoch_end(self):
+        super().on_epoch_end()
+        if self.local_rank == 0 and not hasattr(self, "case_weighting"):  # DRO trainers log it themselves
+            self.print_to_log_file(stability_line(pseudo_dice_history(self)))
+
+    def perform_actual_validation(self, save_probabilities: bool = False):
+        if not self.budget_final_validation:
+            self.print_to_log_file("CPU budget: nnU-Net's final validation skipped (the benchmark evaluates a test set)")
+            return
+        super().perform_actual_validation(save_probabilities)
+
+
+class nnUNetTrainer_CPUBudget(CPUBudget, nnUNetTrainer):
+    """nnU-Net's ERM trainer with the CPU budget."""
+
+
+# the arms of the robustness benchmark and the demo (imported here, after the CPUBudget mixin)
+from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive  # noqa: E402
+from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTrainerDROAdaptive_f75,  # noqa: E402
+                                          nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_noIS)
+
+
+class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
+    """The paper's DRO setting (beta 100) with the CPU budget."""
+
+
+class nnUNetTrainerDROAdaptive_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive):
+    """Scale-free DRO (f = 0.5) with the CPU budget."""
+
+
+class nnUNetTrainerDROAdaptive_f25_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f25):
+    pass
+
+
+class nnUNetTrainerDROAdaptive_f75_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f75):
+    pass
+
+
+class nnUNetTrainerDROAdaptive_f90_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f90):
+    pass
+
+
+class nnUNetTrainerDROAdaptive_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noIS):
+    pass
+
+
+#: every CPU-budget trainer, by name
+BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnUNetTrainerDROAdaptive_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f75_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget")

@@ -1,0 +1,51 @@
+"""How steady a training run was: epochs in which nnU-Net's pseudo-Dice lost a structure.
+
+nnU-Net logs one pseudo-Dice per foreground label (or region) at the end of every epoch
+(``self.logger.my_fantastic_logging['dice_per_class_or_region']``; also in the checkpoint under
+``'logging'``). A weighted step that destabilises the optimiser shows as structures whose Dice
+drops to about 0 after the network had time to learn them. The count ignores the first
+``start_epoch`` epochs, in which small structures are legitimately still at 0.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+START_EPOCH = 10
+THRESHOLD = 0.05
+
+
+def collapsed_epochs(dice_per_epoch: Sequence[Sequence[float]], start_epoch: int = START_EPOCH,
+                     threshold: float = THRESHOLD) -> int:
+    """Number of epochs ``>= start_epoch`` whose lowest pseudo-Dice is below ``threshold``
+    (a NaN Dice, e.g. a structure absent from the validation patches, does not count).
+
+    >>> collapsed_epochs([[0.0, 0.0]] * 10 + [[0.9, 0.01], [0.9, 0.8], [float("nan"), 0.7]])
+    1
+    """
+    count = 0
+    for epoch, dice in enumerate(dice_per_epoch):
+        values = np.asarray(dice, dtype=np.float64).reshape(-1)
+        values = values[np.isfinite(values)]
+        if epoch >= start_epoch and values.size and values.min() < threshold:
+            count += 1
+    return count
+
+
+def stability_line(dice_per_epoch: Sequence[Sequence[float]], start_epoch: int = START_EPOCH,
+                   threshold: float = THRESHOLD) -> str:
+    """One log line, e.g. ``stability: 0 of 30 epochs since epoch 10 with a structure's
+    pseudo-Dice below 0.05``."""
+    considered = max(0, len(dice_per_epoch) - start_epoch)
+    return (f"stability: {collapsed_epochs(dice_per_epoch, start_epoch, threshold)} of {considered} epochs since "
+            f"epoch {start_epoch} with a structure's pseudo-Dice below {threshold:g}")
+
+
+def pseudo_dice_history(trainer) -> list:
+    """The per-epoch pseudo-Dice lists an nnU-Net trainer has logged so far (nnunetv2 2.8's
+    ``MetaLogger.get_value(key, step=None)``; older releases keep ``my_fantastic_logging``)."""
+    logger = trainer.logger
+    if hasattr(logger, "get_value"):
+        return list(logger.get_value("dice_per_class_or_region", step=None) or [])
+    return list(getattr(logger, "my_fantastic_logging", {}).get("dice_per_class_or_region", []))

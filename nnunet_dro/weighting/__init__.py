@@ -1,0 +1,26 @@
+"""Case weighting: which training cases are drawn and how much each counts in the step.
+
+One interface (:class:`CaseWeighting`: ``sample_with_beta``, ``weights``, ``update``,
+``epoch_stats``, ``state_dict``) and one class per scheme; nothing here knows nnU-Net.
+
+| class                          | draws                         | step weights                            |
+|--------------------------------|-------------------------------|-----------------------------------------|
+| ``HardnessWeighting``          | ``softmax(beta L)``, fixed beta | importance weights (Algorithm 1)       |
+| ``AdaptiveHardnessWeighting``  | ``softmax(beta_t L)``, beta_t scale-free | importance weights at draw-time beta |
+| ``Chi2HardnessWeighting``      | clipped linear (chi-square DRO) | ratio of chi-square probabilities     |
+| ``KLReweighting``              | uniform                       | ``exp(l / r) / u``                        |
+
+>>> from nnunet_dro.weighting import AdaptiveHardnessWeighting, ImportanceWeights
+>>> scheme = AdaptiveHardnessWeighting(10, fraction=0.5, seed=0,
+...                                    importance=ImportanceWeights(first_draw_one=True, self_normalise=True))
+>>> idx, beta = scheme.sample_with_beta(2)
+>>> w = scheme.weights(idx, [0.4, 0.9], beta)
+>>> scheme.update(idx, [0.4, 0.9], beta)
+>>> scheme.close()
+"""
+from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights
+from nnunet_dro.weighting.hardness import AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting
+from nnunet_dro.weighting.reweighting import KLReweighting
+
+__all__ = ["CaseWeighting", "ImportanceWeights", "HardnessWeighting", "AdaptiveHardnessWeighting",
+           "Chi2HardnessWeighting", "KLReweighting"]

@@ -1,0 +1,271 @@
+"""Hardness weighted sampling schemes: KL with a fixed beta (Algorithm 1), KL with a scale-free
+beta, and Pearson chi-square DRO. All three draw from
+:class:`~nnunet_dro.sampling.HardnessWeightedSampler` (sum tree, shared memory) and share the
+importance-weight levers of :class:`~nnunet_dro.weighting.base.ImportanceWeights`.
+
+Reference: Fidon et al., "Distributionally Robust Deep Learning using Hardness Weighted
+Sampling", arXiv:2001.02658 (Algorithm 1); its earlier version "SGD with Hardness Weighted
+Sampling for Distributionally Robust Deep Learning" (ICLR 2020 submission) for chi-square DRO
+and the uniform warm-up pass.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from nnunet_dro.sampling.distributions import chi2_dro_objective, kl_dro_objective
+from nnunet_dro.sampling.hardness import HardnessWeightedSampler
+from nnunet_dro.sampling.temperature import beta_from_spread, solve_beta_for_perplexity
+from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights, check_batch, draw_betas
+
+STATE_VERSION = 2
+
+
+class HardnessWeighting(CaseWeighting):
+    """KL-DRO by hardness weighted sampling with a fixed beta (Algorithm 1 with the paper's
+    defaults: beta 100, importance weights clipped to [0.1, 10]).
+
+    Args:
+        num_cases: number of training cases ``n``.
+        beta: inverse temperature of ``p = softmax(beta * L)``.
+        init_loss: ``L_init`` (scalar plus tiny tie-breaking noise, or a vector).
+        importance: the importance-weight settings (:class:`ImportanceWeights`).
+        seed: seed of the draws (other processes derive their own streams from it).
+        shared: keep the state in shared memory (for data-loading worker processes).
+        warmup: start with a uniform pass over the cases (weights 1 during it).
+        loss_smoothing: ``s`` in ``(0, 1]``: ``L_i <- L_i + s (l_i - L_i)`` (1: the paper's
+            replacement). A case's first fresh loss always replaces ``L_init``.
+
+    >>> w = HardnessWeighting(4, beta=10.0, seed=0)
+    >>> idx, beta = w.sample_with_beta(2)
+    >>> weights = w.weights(idx, [0.3, 0.6], beta)
+    >>> w.update(idx, [0.3, 0.6], beta)
+    >>> bool(np.isclose(w.probabilities().sum(), 1.0))
+    True
+    >>> w.close()
+    """
+
+    scheme = "kl"
+    divergence = "kl"
+
+    def __init__(self, num_cases: int, beta: float = 100.0, init_loss: float | ArrayLike = 100.0,
+                 importance: ImportanceWeights = ImportanceWeights(), seed: int | None = None,
+                 shared: bool = False, warmup: bool = False, loss_smoothing: float = 1.0):
+        super().__init__(num_cases)
+        if not (0.0 < loss_smoothing <= 1.0):
+            raise ValueError(f"loss_smoothing must lie in (0, 1], got {loss_smoothing}")
+        self.importance = importance
+        self.loss_smoothing = float(loss_smoothing)
+        self.init_loss = init_loss
+        self.sampler = HardnessWeightedSampler(
+            num_cases, beta=self._initial_beta(beta), init_loss=init_loss, importance_sampling=importance.enabled,
+            clip=importance.clip, seed=seed, shared=shared, divergence=self.divergence, warmup=warmup)
+        self.weight_scale = 1.0  # running mean of the raw weights (self-normalisation)
+
+    def _initial_beta(self, beta: float) -> float:
+        return float(beta)
+
+    # -------------------------------------------------------------- draws
+    def sample_with_beta(self, batch_size: int) -> tuple[NDArray[np.int64], float]:
+        return self.sampler.sample_with_beta(batch_size)
+
+    @property
+    def current_beta(self) -> float:
+        return self.sampler.beta
+
+    @property
+    def in_warmup(self) -> bool:
+        return self.sampler.in_warmup
+
+    # -------------------------------------------------------------- weights
+    def _log_weights(self, idx: NDArray[np.int64], fresh: NDArray[np.float64],
+                     beta: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Log of the unclipped importance ratio ``p_new / p_old`` (approximation of Algorithm 1)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            return beta * (fresh - self.sampler.losses[idx])
+
+    def _raw_weights(self, idx, fresh, draw_beta) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.bool_]]:
+        """(clipped weights before self-normalisation, clipped mask, counted mask)."""
+        ones = np.ones(idx.shape, dtype=np.float64)
+        none = np.zeros(idx.shape, dtype=bool)
+        if not self.importance.enabled or self.in_warmup or idx.size == 0:
+            return ones, none, none
+        log_w = self._log_weights(idx, fresh, draw_betas(draw_beta, idx.size, self.current_beta))
+        counted = np.isfinite(fresh) & np.isfinite(log_w)
+        if self.importance.first_draw_one:
+            counted &= self.sampler.draw_counts[idx] > 0
+        log_w = np.where(counted, log_w, 0.0)
+        return self.importance.clip_log(log_w), self.importance.is_clipped(log_w) & counted, counted
+
+    def weights(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> NDArray[np.float64]:
+        idx, fresh = check_batch(indices, losses, self.num_cases)
+        raw, _, counted = self._raw_weights(idx, fresh, draw_beta)
+        if self.importance.self_normalise:
+            raw = np.where(counted, raw / self.weight_scale, raw)
+        return raw
+
+    # -------------------------------------------------------------- update
+    def update(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
+        idx, fresh = check_batch(indices, losses, self.num_cases)
+        raw, clipped, counted = self._raw_weights(idx, fresh, draw_beta)
+        self.counters.add(raw[counted], clipped[counted])
+        if self.importance.self_normalise and counted.any():
+            m = self.importance.momentum
+            self.weight_scale = m * self.weight_scale + (1.0 - m) * float(raw[counted].mean())
+        new = fresh
+        if self.loss_smoothing < 1.0:
+            stale = self.sampler.losses[idx]
+            seen = self.sampler.draw_counts[idx] > 0
+            new = np.where(seen, stale + self.loss_smoothing * (fresh - stale), fresh)
+        self.sampler.update(idx, new)
+        self._after_update()
+
+    def _after_update(self) -> None:
+        """Hook for schemes whose beta follows the losses."""
+
+    # -------------------------------------------------------------- reports
+    def probabilities(self) -> NDArray[np.float64]:
+        return self.sampler.probabilities()
+
+    @property
+    def losses(self) -> NDArray[np.float64]:
+        return self.sampler.losses
+
+    @property
+    def draw_counts(self) -> NDArray[np.int64]:
+        return self.sampler.draw_counts
+
+    @property
+    def num_skipped(self) -> int:
+        return self.sampler.num_skipped
+
+    def robust_loss(self) -> float:
+        return kl_dro_objective(self.losses, self.current_beta)
+
+    def describe(self) -> str:
+        iw = self.importance
+        text = (f"hardness weighted sampling ({self.divergence}) with beta={self.current_beta:g}, importance weights "
+                + (f"on (clipped to [{iw.clip[0]:g}, {iw.clip[1]:g}]"
+                   + (", first draw 1" if iw.first_draw_one else "")
+                   + (", self-normalised" if iw.self_normalise else "") + ")" if iw.enabled else "off"))
+        if self.sampler.in_warmup:
+            text += ", uniform warm-up pass first"
+        if self.loss_smoothing < 1.0:
+            text += f", stale losses smoothed by {self.loss_smoothing:g}"
+        return text
+
+    # -------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "scheme": self.scheme, "sampler": self.sampler.state_dict(),
+                "weight_scale": self.weight_scale}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Accepts this class's state and the plain sampler state of release 1 (``{'sampler': ...}``
+        inside the trainer's ``dro_state``, or the sampler's own state dict)."""
+        sampler_state = state.get("sampler", state)
+        self.sampler.load_state_dict(sampler_state)
+        self.weight_scale = float(state.get("weight_scale", 1.0))
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+class AdaptiveHardnessWeighting(HardnessWeighting):
+    """KL hardness weighted sampling whose beta follows the scale of the losses.
+
+    ``beta_t`` is re-solved from the stale losses after every ``adapt_every`` updates (default:
+    ``max(1, n // 256)``, so the O(n) solve costs O(256) per update on average whatever n is;
+    draws stay O(log n)). Two rules:
+
+    - ``rule="perplexity"`` (default): the largest ``beta <= beta_max`` whose ``softmax(beta L)``
+      is spread over at least ``fraction * n`` cases (perplexity ``exp(H(p))``), i.e. the
+      KL-constrained DRO problem with radius ``log(1 / fraction)``
+      (:func:`~nnunet_dro.sampling.temperature.solve_beta_for_perplexity`);
+    - ``rule="spread"``: ``beta = kappa / std(L)`` (the paper's rule of thumb), capped at ``beta_max``.
+
+    Importance weights use the beta each case was drawn with (``draw_beta``).
+
+    >>> w = AdaptiveHardnessWeighting(8, fraction=0.5, init_loss=np.linspace(0.1, 0.8, 8))
+    >>> round(float(np.exp(w.epoch_stats()["entropy"])) / 8, 6)
+    0.5
+    >>> w.close()
+    """
+
+    scheme = "kl_adaptive"
+    RULES = ("perplexity", "spread")
+
+    def __init__(self, num_cases: int, fraction: float = 0.5, beta_max: float = 100.0,
+                 init_loss: float | ArrayLike = 100.0, importance: ImportanceWeights = ImportanceWeights(),
+                 seed: int | None = None, shared: bool = False, warmup: bool = False,
+                 loss_smoothing: float = 1.0, rule: str = "perplexity", kappa: float = 1.0,
+                 adapt_every: int | None = None):
+        if rule not in self.RULES:
+            raise ValueError(f"rule must be one of {self.RULES}, got {rule!r}")
+        if not (0.0 < fraction <= 1.0):
+            raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
+        if not (math.isfinite(beta_max) and beta_max > 0):
+            raise ValueError(f"beta_max must be a finite positive number, got {beta_max}")
+        self.fraction, self.beta_max, self.rule, self.kappa = float(fraction), float(beta_max), rule, float(kappa)
+        self.adapt_every = max(1, int(num_cases) // 256) if adapt_every is None else max(1, int(adapt_every))
+        self._updates_since_solve = 0
+        super().__init__(num_cases, beta=beta_max, init_loss=init_loss, importance=importance, seed=seed,
+                         shared=shared, warmup=warmup, loss_smoothing=loss_smoothing)
+        self.resolve_beta()
+
+    def solve_beta(self, losses: ArrayLike) -> float:
+        """The beta of the rule for these stale losses (never 0: a tiny beta is uniform anyway)."""
+        if self.rule == "spread":
+            beta = beta_from_spread(losses, self.kappa, self.beta_max)
+        else:
+            beta = solve_beta_for_perplexity(losses, self.fraction, self.beta_max)
+        return max(beta, 1e-12)
+
+    def resolve_beta(self) -> float:
+        """Solve beta for the current stale losses and put it in force (O(n))."""
+        beta = self.solve_beta(self.sampler.losses)
+        self.sampler.set_beta(beta)
+        self._updates_since_solve = 0
+        return beta
+
+    def _after_update(self) -> None:
+        self._updates_since_solve += 1
+        if self._updates_since_solve >= self.adapt_every:
+            self.resolve_beta()
+
+    def describe(self) -> str:
+        rule = (f"perplexity >= {self.fraction:g} n" if self.rule == "perplexity" else f"beta = {self.kappa:g} / std(L)")
+        return "scale-free " + super().describe() + f"; beta re-solved every {self.adapt_every} update(s) ({rule}, " \
+                                                    f"beta <= {self.beta_max:g})"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "beta": self.current_beta, "updates_since_solve": self._updates_since_solve}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if state.get("beta") is not None and math.isfinite(state["beta"]) and state["beta"] > 0:
+            self.sampler.set_beta(float(state["beta"]))
+            self._updates_since_solve = int(state.get("updates_since_solve", 0))
+        else:  # a state of a fixed-beta run: solve for its losses
+            self.resolve_beta()
+
+
+class Chi2HardnessWeighting(HardnessWeighting):
+    """Pearson chi-square DRO: ``p_i = max(0, 1 + beta (L_i - lam)) / n`` with the threshold solved
+    exactly; the importance ratio is ``(1 + beta (l - lam)) / (1 + beta (L_i - lam))``."""
+
+    scheme = "chi2"
+    divergence = "chi2"
+
+    def _log_weights(self, idx, fresh, beta) -> NDArray[np.float64]:
+        w_max = self.importance.clip[1]
+        w = self.sampler.importance_weights(idx, np.where(np.isfinite(fresh), fresh, np.nan))
+        # the sampler already clipped; keep the bounds recognisable as clipped for the counters
+        log_w = np.log(w)
+        log_w = np.where(w >= w_max, math.log(w_max), log_w)
+        return log_w
+
+    def robust_loss(self) -> float:
+        return chi2_dro_objective(self.losses, self.current_beta)

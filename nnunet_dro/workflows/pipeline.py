@@ -1,0 +1,244 @@
+"""The experiment pipeline shared by ``nnunet_dro demo`` and ``scripts/benchmark_robustness.py``:
+synthetic cohort -> ``nnUNetv2_plan_and_preprocess`` -> ``nnUNetv2_train`` of each arm ->
+``nnUNetv2_predict`` of the test images -> ``nnunet_dro evaluate`` by condition and region.
+
+Every step runs nnU-Net's real command in a subprocess inside one working folder (its own
+``nnUNet_raw``/``_preprocessed``/``_results``), and every finished step is kept: an arm's result
+(``arms/<ARM>/result.json`` + ``per_case.csv``) is written atomically when it is complete, and a
+later call with the same folder skips it. So a long benchmark can be built in pieces.
+
+The arms are CPU-budget trainers (:mod:`nnunet_dro.training.budget`): nnU-Net's plans with a
+quarter of the features per stage; ``nnUNet_dro_seed`` gives every arm of one repetition the same
+initial weights.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from nnunet_dro.atomic import write_text_atomic
+from nnunet_dro.errors import UserError
+from nnunet_dro.training.budget import EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
+from nnunet_dro.training.stability import START_EPOCH, THRESHOLD, collapsed_epochs
+from nnunet_dro.workflows.ensemble import predict
+from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
+
+CONFIGURATION = "3d_fullres"
+FOLD = "all"
+GROUP_COLUMN = "condition"
+MAJORITY_GROUP = "control"
+MINORITY_GROUPS = ("spina_bifida", "other")
+REGIONS = "feta"
+#: "ERM has learned the majority": every region's mean Dice of the controls at least this.
+CONVERGED_DICE = 80.0
+
+#: Arm name -> CPU-budget trainer (the benchmark's and the demo's choices).
+ARM_TRAINERS = {
+    "ERM": "nnUNetTrainer_CPUBudget",
+    "DRO_beta100": "nnUNetTrainerDRO_CPUBudget",
+    "Adaptive_f25": "nnUNetTrainerDROAdaptive_f25_CPUBudget",
+    "Adaptive_f50": "nnUNetTrainerDROAdaptive_CPUBudget",
+    "Adaptive_f75": "nnUNetTrainerDROAdaptive_f75_CPUBudget",
+    "Adaptive_f90": "nnUNetTrainerDROAdaptive_f90_CPUBudget",
+    "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
+}
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """A synthetic fetal-brain-like cohort (``make-synthetic --kind fetal``)."""
+    n_train: int = 40
+    n_test: int = 30
+    size: int = 32
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Overrides of the CPU budget (None: the trainer's defaults, 40 epochs x 25 iterations)."""
+    epochs: int | None = None
+    iterations_per_epoch: int | None = None
+
+    def env(self) -> dict[str, str]:
+        out = {}
+        if self.epochs:
+            out[EPOCHS_ENV] = str(self.epochs)
+        if self.iterations_per_epoch:
+            out[ITERATIONS_ENV] = str(self.iterations_per_epoch)
+        return out
+
+
+class Workspace:
+    """One working folder: one cohort, its nnU-Net folders, and one result folder per arm."""
+
+    def __init__(self, folder: str | os.PathLike, dataset_id: int, dataset_name: str, cohort: Cohort,
+                 echo: Callable[[str], None] = print):
+        self.folder = Path(folder).resolve()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.dataset_id, self.cohort, self.echo = dataset_id, cohort, echo
+        self.log_file = str(self.folder / "nnunet_commands.log")
+        self.env = nnunet_environment(
+            root=self.folder / "nnunet",
+            overrides={"nnUNet_compile": "f", "nnUNet_def_n_proc": "2",
+                       "nnUNet_n_proc_DA": os.environ.get("nnUNet_n_proc_DA", "2")})
+        self.raw = Path(self.env["nnUNet_raw"]) / f"Dataset{dataset_id:03d}_{dataset_name}"
+        self.preprocessed = Path(self.env["nnUNet_preprocessed"]) / self.raw.name
+        self._check_cohort()
+
+    def _check_cohort(self) -> None:
+        """A folder holds one cohort: refuse to mix cohorts when resuming."""
+        path = self.folder / "cohort.json"
+        wanted = asdict(self.cohort)
+        if path.is_file():
+            found = json.loads(path.read_text())
+            if found != wanted:
+                raise UserError(f"{path}: this folder was made with cohort {found}, not {wanted}; use the same "
+                                f"cohort settings, another output folder, or --overwrite")
+        else:
+            write_text_atomic(path, json.dumps(wanted, indent=2))
+
+    # ------------------------------------------------------------------ cohort and preprocessing
+    def prepare(self) -> pd.DataFrame:
+        """Make the cohort and preprocess it (each only once); return its subgroup table."""
+        c = self.cohort
+        if not (self.raw / "dataset.json").is_file():
+            self.echo(f"  cohort: {c.n_train} train + {c.n_test} test cases of {c.size}^3, seed {c.seed}")
+            run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(self.dataset_id), "-n",
+                            self.raw.name.split("_", 1)[1], "--n-train", str(c.n_train), "--n-test", str(c.n_test),
+                            "--size", str(c.size), "--seed", str(c.seed), "--overwrite"], self.env, self.log_file)
+        subgroups = pd.read_csv(self.raw / "subgroups.tsv", sep="\t", dtype={"case": str})
+        if not self._preprocessed():
+            self.echo("  nnUNetv2_plan_and_preprocess")
+            # nnU-Net's planner calls torch.set_num_threads(nnUNet_n_proc_DA), which fails for 0
+            env = {**self.env, "nnUNet_n_proc_DA": str(max(1, int(self.env["nnUNet_n_proc_DA"])))}
+            run_nnunet("nnUNetv2_plan_and_preprocess",
+                       ["-d", str(self.dataset_id), "-c", CONFIGURATION, "-np", "2", "--verify_dataset_integrity"],
+                       env, echo=None, log_file=self.log_file)
+        test_table = self.folder / "subgroups_test.tsv"
+        if not test_table.is_file():
+            write_text_atomic(test_table, subgroups[subgroups["split"] == "test"].to_csv(sep="\t", index=False))
+        return subgroups
+
+    def _preprocessed(self) -> bool:
+        """Planned and every training case preprocessed (an interrupted run can leave plans only)."""
+        cases = self.preprocessed / f"nnUNetPlans_{CONFIGURATION}"
+        return ((self.preprocessed / "nnUNetPlans.json").is_file() and cases.is_dir()
+                and len(list(cases.glob("*.pkl"))) == self.cohort.n_train)
+
+    # ------------------------------------------------------------------ one arm
+    def arm_folder(self, arm: str) -> Path:
+        return self.folder / "arms" / arm
+
+    def fold_folder(self, trainer: str) -> Path:
+        return (Path(self.env["nnUNet_results"]) / self.raw.name / f"{trainer}__nnUNetPlans__{CONFIGURATION}"
+                / f"fold_{FOLD}")
+
+    def finished(self, arm: str) -> bool:
+        folder = self.arm_folder(arm)
+        return (folder / "result.json").is_file() and (folder / "per_case.csv").is_file()
+
+    def load(self, arm: str) -> tuple[dict, pd.DataFrame]:
+        folder = self.arm_folder(arm)
+        return (json.loads((folder / "result.json").read_text()),
+                pd.read_csv(folder / "per_case.csv", dtype={"case": str}))
+
+    def run_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
+                show: Callable[[str], None] | None = None) -> tuple[dict, pd.DataFrame]:
+        """Train, predict and evaluate one arm (or load its stored result)."""
+        if self.finished(arm):
+            return self.load(arm)
+        fold_dir = self.fold_folder(trainer)
+        tic = time.perf_counter()
+        if not (fold_dir / "checkpoint_final.pth").is_file():
+            resume = ["--c"] if (fold_dir / "checkpoint_latest.pth").is_file() else []
+            self.echo(f"  {arm}: nnUNetv2_train {self.dataset_id} {CONFIGURATION} {FOLD} -tr {trainer}"
+                      + (" --c (resuming)" if resume else ""))
+            env = {**self.env, SEED_ENV: str(seed), **budget.env()}
+            run_nnunet("nnUNetv2_train", [str(self.dataset_id), CONFIGURATION, FOLD, "-tr", trainer, "-device", device,
+                                          *resume], env, echo=show, log_file=self.log_file)
+        train_seconds = time.perf_counter() - tic
+        predictions = self.arm_folder(arm) / "predictions"
+        self.echo(f"  {arm}: nnUNetv2_predict of {self.cohort.n_test} test cases (--disable_tta)")
+        predict(self.env, self.dataset_id, CONFIGURATION, str(self.raw / "imagesTs"), predictions, trainer, [FOLD],
+                device=device, npp=1, nps=1, echo=None, log_file=self.log_file, tta=False)
+        from nnunet_dro.evaluation.api import evaluate
+
+        result = evaluate(str(self.raw / "labelsTs"), {arm: str(predictions)}, None,
+                          groups=str(self.folder / "subgroups_test.tsv"), group_by=[GROUP_COLUMN], regions=REGIONS,
+                          num_processes=2, progress=False, echo=self.echo)
+        per_case = result.per_case[result.per_case["metric"] == "dice"].copy()
+        summary = {"arm": arm, "trainer": trainer, "seed": seed, "cohort": asdict(self.cohort),
+                   "budget": asdict(budget), "train_seconds": round(train_seconds, 1),
+                   **training_summary(fold_dir), "control_mean_dice": majority_means(per_case)}
+        write_text_atomic(self.arm_folder(arm) / "per_case.csv", per_case.to_csv(index=False))
+        write_text_atomic(self.arm_folder(arm) / "result.json", json.dumps(summary, indent=2, default=float))
+        return summary, per_case
+
+
+def training_summary(fold_dir: Path) -> dict:
+    """What a finished training's checkpoint tells about it: epochs, stability, final pseudo-Dice,
+    and for DRO arms the sampler's last and average statistics."""
+    import torch
+
+    checkpoint = torch.load(str(fold_dir / "checkpoint_final.pth"), map_location="cpu", weights_only=False)
+    logging = checkpoint.get("logging", {})
+    dice = [list(map(float, d)) for d in logging.get("dice_per_class_or_region", [])]
+    out = {"epochs": len(dice), "collapsed_epochs": collapsed_epochs(dice),
+           "collapse_rule": f"epochs >= {START_EPOCH} with a pseudo-Dice < {THRESHOLD}",
+           "final_pseudo_dice": dice[-1] if dice else [],
+           "final_train_loss": float(logging.get("train_losses", [np.nan])[-1])}
+    history = (checkpoint.get("dro_state") or {}).get("history") or {}
+    for key in ("beta", "perplexity_fraction", "ess_fraction", "clipped_fraction", "max_probability"):
+        values = np.asarray([v for v in history.get(key, []) if v is not None], dtype=np.float64)
+        if values.size:
+            out[f"dro_{key}_last"] = float(values[-1])
+            out[f"dro_{key}_mean"] = float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+    return out
+
+
+def majority_means(per_case: pd.DataFrame) -> dict[str, float]:
+    """Mean Dice (%) of the controls per region."""
+    controls = per_case[per_case[GROUP_COLUMN] == MAJORITY_GROUP]
+    return {str(r): float(v) for r, v in controls.groupby("region", sort=False)["value"].mean().items()}
+
+
+def convergence_line(arm: str, summary: Mapping) -> str:
+    """How converged a run is, in one line (the benchmark's and the demo's regime check)."""
+    means = summary.get("control_mean_dice", {})
+    ok = means and min(means.values()) >= CONVERGED_DICE
+    text = ", ".join(f"{r} {v:.1f}" for r, v in means.items())
+    return (f"  {arm}: controls' mean Dice {text} ({'all' if ok else 'NOT all'} >= {CONVERGED_DICE:g}); "
+            f"{summary.get('collapsed_epochs', '?')} of {max(0, summary.get('epochs', 0) - START_EPOCH)} epochs "
+            f"since epoch {START_EPOCH} with a structure's pseudo-Dice < {THRESHOLD:g}; "
+            f"trained in {summary.get('train_seconds', float('nan')):.0f} s")
+
+
+_PROGRESS_MARKERS = ("Epoch ", "train_loss", "val_loss", "Pseudo dice", "Epoch time", "DRO:",
+                     "Error", "error", "Traceback", "Training done", "Predicting", "Done with")
+
+
+def progress_filter(echo: Callable[[str], None]) -> Callable[[str], None]:
+    """nnU-Net is chatty: show the lines that tell progress; the rest goes to the log file."""
+    def show(line: str) -> None:
+        if any(marker in line for marker in _PROGRESS_MARKERS):
+            echo("    " + line.strip())
+    return show
+
+
+def run_python_cli(args: Sequence[str], env: Mapping[str, str], log_file: str) -> None:
+    """Our own CLI in a subprocess, with the workspace's nnU-Net environment."""
+    done = subprocess.run([sys.executable, "-m", "nnunet_dro", *args], env=dict(env), capture_output=True, text=True)
+    with open(log_file, "a", encoding="utf-8") as log:
+        log.write(done.stdout + done.stderr)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"nnunet_dro {args[0]} failed: {last}")

@@ -82,7 +82,8 @@ def solve_beta_for_perplexity(losses: ArrayLike, fraction: float, beta_max: floa
         raise ValueError("losses must be a non-empty vector of finite values")
     x = x - x.max()  # shift invariance; keeps beta * x <= 0
     target = math.log(fraction * n)
-    if n == 1 or entropy_of_softmax(x, beta_max) >= target:
+    # the entropy of n equal weights rounds to just below log(n): compare with a rounding margin
+    if n == 1 or entropy_of_softmax(x, beta_max) >= target - 1e-12 * max(1.0, target):
         return float(beta_max)
     if fraction >= 1.0:
         return 0.0  # only the uniform distribution has perplexity n (the losses differ)

@@ -94,7 +94,8 @@ class HardnessWeighting(CaseWeighting):
         if not self.importance.enabled or self.in_warmup or idx.size == 0:
             return ones, none, none
         log_w = self._log_weights(idx, fresh, draw_betas(draw_beta, idx.size, self.current_beta))
-        counted = np.isfinite(fresh) & np.isfinite(log_w)
+        # a finite loss whose exponent overflows (+-inf) is clipped like any other; NaN is not a weight
+        counted = np.isfinite(fresh) & ~np.isnan(log_w)
         if self.importance.first_draw_one:
             counted &= self.sampler.draw_counts[idx] > 0
         log_w = np.where(counted, log_w, 0.0)
@@ -241,14 +242,20 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
                                                     f"beta <= {self.beta_max:g})"
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "beta": self.current_beta, "updates_since_solve": self._updates_since_solve}
+        return {**super().state_dict(), "adaptive_beta": self.current_beta,
+                "updates_since_solve": self._updates_since_solve}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        if state.get("beta") is not None and math.isfinite(state["beta"]) and state["beta"] > 0:
-            self.sampler.set_beta(float(state["beta"]))
+        """Restores the beta in force; a fixed-beta run's state (no ``adaptive_beta``) gets its beta
+        re-solved for the loaded losses."""
+        sampler_state = dict(state.get("sampler", state))
+        sampler_state.pop("beta", None)  # the sampler's beta is this scheme's business, not a mismatch
+        super().load_state_dict({"sampler": sampler_state, "weight_scale": state.get("weight_scale", 1.0)})
+        beta = state.get("adaptive_beta")
+        if beta is not None and math.isfinite(beta) and beta > 0:
+            self.sampler.set_beta(float(beta))
             self._updates_since_solve = int(state.get("updates_since_solve", 0))
-        else:  # a state of a fixed-beta run: solve for its losses
+        else:
             self.resolve_beta()
 
 

@@ -132,11 +132,6 @@ def test_equal_losses_give_beta_max(n, fraction):
     assert solve_beta_for_perplexity(np.full(n, 0.7), fraction, 100.0) == 100.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: solve_beta_for_perplexity(equal losses, fraction=1.0) returns 0.0 for many n (3, 9, 10, 17, ...), "
-    "but its docstring says equal losses with f = 1 return beta_max: entropy_of_softmax of n equal values "
-    "rounds to just below log(n), the 'entropy >= target' test fails and the 'fraction >= 1 -> 0.0' branch "
-    "is taken"))
 @pytest.mark.parametrize("n", [3, 9, 10, 17])
 def test_equal_losses_with_fraction_one_give_beta_max(n):
     assert solve_beta_for_perplexity(np.full(n, 0.5), 1.0, 100.0) == 100.0

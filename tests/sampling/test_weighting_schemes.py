@@ -96,10 +96,6 @@ def test_kl_weight_table(fresh, expected):
         assert w.weights([1], [fresh])[0] == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: HardnessWeighting._raw_weights treats a finite fresh loss whose beta * (l - L) overflows to "
-    "+-inf as non-finite (weight 1, not counted); HardnessWeightedSampler.importance_weights gives the "
-    "clip bound (10 / 0.1) for the same input"))
 def test_kl_weights_of_overflowing_exponents_match_the_sampler():
     with HardnessWeighting(2, beta=1e4, init_loss=[0.0, 0.0]) as w:
         fresh = [1e308, -1e308]
@@ -419,11 +415,6 @@ def test_adaptive_state_round_trip(fresh_object):
                 other.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: AdaptiveHardnessWeighting.load_state_dict passes its state to HardnessWeightedSampler.load_state_dict, "
-    "which warns 'state was saved with beta=<saved>, sampler uses <constructed>' whenever the adaptive beta "
-    "differs from the fresh object's (i.e. on every resume), although the adaptive scheme then restores the "
-    "saved beta with set_beta"))
 def test_resume_of_adaptive_state_does_not_warn():
     with AdaptiveHardnessWeighting(10, fraction=0.5, init_loss=np.linspace(0, 1, 10), seed=0) as w, \
             AdaptiveHardnessWeighting(10, fraction=0.5, seed=1) as other:
@@ -448,11 +439,6 @@ def test_adaptive_loads_a_fixed_beta_state_and_re_solves_beta(layout):
         assert_meets_perplexity_constraint(w)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: HardnessWeighting.load_state_dict accepts a bare HardnessWeightedSampler.state_dict(), but "
-    "AdaptiveHardnessWeighting.load_state_dict then reads that state's own 'beta' (the fixed beta of the old "
-    "run, e.g. 100) as its adaptive beta instead of re-solving it, so the perplexity constraint is violated "
-    "until the next re-solve"))
 def test_adaptive_loads_a_bare_sampler_state_and_re_solves_beta():
     losses = np.linspace(0.0, 2.0, 30)
     with HardnessWeightedSampler(30, beta=100.0, init_loss=losses, seed=0) as s, \

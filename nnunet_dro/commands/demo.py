@@ -6,19 +6,21 @@ import argparse
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="the whole pipeline on a small synthetic cohort, on CPU (about 15 minutes)",
+        "demo", help="the whole pipeline on a small synthetic cohort, on CPU (about 15-25 minutes)",
         description="Make a synthetic fetal-brain-like cohort with hidden stratification, plan and preprocess "
-                    "it, train nnU-Net's ERM trainer and nnUNetTrainerDRO with the same small budget, predict "
-                    "the test cases and print the stratified table (ERM vs DRO per condition and region). "
-                    "Everything is written to OUT (its own nnUNet_raw/preprocessed/results); completed steps "
-                    "are reused when re-run.")
+                    "it, train nnU-Net's ERM trainer and the recommended robust trainer (nnUNetTrainerDROAdaptive) "
+                    "with the same CPU budget (a quarter of nnU-Net's features per stage, 120 epochs x 25 "
+                    "iterations) from the same initial weights, predict the test cases and print the stratified "
+                    "table (ERM vs DRO per condition and region). Everything is written to OUT (its own "
+                    "nnUNet_raw/preprocessed/results); completed steps are reused when re-run.")
     parser.add_argument("-o", dest="output", default="nnunet_dro_demo", metavar="OUT",
                         help="working and output folder. Default: ./nnunet_dro_demo")
     parser.add_argument("--budget-scale", type=float, default=1.0, metavar="K",
-                        help="multiply the number of training epochs by K (default 1: about 15 minutes on 2 "
-                             "CPU cores in total; the paper-scale budget is far larger)")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs per arm (overrides the default budget)")
-    parser.add_argument("--iterations", type=int, default=None, help="training iterations per epoch")
+                        help="multiply the number of training epochs (120) by K")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="epochs per arm (overrides the CPU budget's 40; quick looks only)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="training iterations per epoch (overrides the CPU budget's 25)")
     parser.add_argument("--n-train", type=int, default=40, help="training cases. Default: 40")
     parser.add_argument("--n-test", type=int, default=30, help="test cases. Default: 30")
     parser.add_argument("--size", type=int, default=32, help="voxels per side. Default: 32")
@@ -29,11 +31,16 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnunet_dro.workflows.demo import DemoBudget, run_demo
+    from nnunet_dro.errors import UserError
+    from nnunet_dro.training.budget import CPUBudget
+    from nnunet_dro.workflows.demo import run_demo
+    from nnunet_dro.workflows.pipeline import Budget
 
-    default = DemoBudget()
-    budget = DemoBudget(args.epochs or default.epochs, args.iterations or default.iterations_per_epoch,
-                        default.val_iterations_per_epoch).scaled(args.budget_scale)
+    if args.budget_scale <= 0:
+        raise UserError(f"--budget-scale {args.budget_scale}: must be positive")
+    epochs = args.epochs or (None if args.budget_scale == 1.0 else
+                             max(1, round(CPUBudget.budget_epochs * args.budget_scale)))
+    budget = Budget(epochs, args.iterations)
     run_demo(args.output, budget, n_train=args.n_train, n_test=args.n_test, size=args.size, seed=args.seed,
              device=args.device, overwrite=args.overwrite)
     return 0

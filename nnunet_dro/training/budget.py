@@ -7,7 +7,7 @@ changes only what a 2-core CPU cannot afford:
 
 - the network is narrower: a quarter of nnU-Net's features per stage (``budget_width_divisor``);
   the same class of network, stages, kernels and strides, so prediction uses the same class;
-- the budget is 40 epochs x 25 iterations = 1000 iterations (``budget_epochs``,
+- the budget is 120 epochs x 25 iterations = 3000 iterations (``budget_epochs``,
   ``budget_iterations_per_epoch``), 3 validation iterations per epoch;
 - nnU-Net's final validation is skipped (``budget_final_validation``): with fold ``all`` it only
   re-predicts the training cases; the benchmark evaluates a held-out test set instead;
@@ -56,7 +56,7 @@ def budget_seed() -> int | None:
 class CPUBudget:
     """Mixin: the CPU budget described in the module docstring. Put it *first* in the bases."""
 
-    budget_epochs: int = 40
+    budget_epochs: int = 120
     budget_iterations_per_epoch: int = 25
     budget_val_iterations_per_epoch: int = 3
     budget_width_divisor: int = 4

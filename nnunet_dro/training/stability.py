@@ -14,6 +14,7 @@ import numpy as np
 
 START_EPOCH = 10
 THRESHOLD = 0.05
+LEARNED = 0.5
 
 
 def collapsed_epochs(dice_per_epoch: Sequence[Sequence[float]], start_epoch: int = START_EPOCH,
@@ -33,13 +34,39 @@ def collapsed_epochs(dice_per_epoch: Sequence[Sequence[float]], start_epoch: int
     return count
 
 
+def lost_epochs(dice_per_epoch: Sequence[Sequence[float]], learned: float = LEARNED,
+                threshold: float = THRESHOLD) -> int:
+    """Number of epochs in which a structure that had already reached a pseudo-Dice of ``learned``
+    is below ``threshold`` again: a structure *lost*, as opposed to one not learned yet (small
+    structures can stay at 0 for many epochs at a small budget, in every arm).
+
+    >>> lost_epochs([[0.0, 0.0], [0.6, 0.0], [0.01, 0.0], [0.7, 0.02]])
+    1
+    """
+    best = None
+    count = 0
+    for dice in dice_per_epoch:
+        values = np.asarray(dice, dtype=np.float64).reshape(-1)
+        if best is None:
+            best = np.full(values.shape, -np.inf)
+        if values.shape != best.shape:
+            continue
+        finite = np.isfinite(values)
+        if np.any(finite & (best >= learned) & (values < threshold)):
+            count += 1
+        best = np.where(finite, np.maximum(best, values), best)
+    return count
+
+
 def stability_line(dice_per_epoch: Sequence[Sequence[float]], start_epoch: int = START_EPOCH,
                    threshold: float = THRESHOLD) -> str:
     """One log line, e.g. ``stability: 0 of 30 epochs since epoch 10 with a structure's
-    pseudo-Dice below 0.05``."""
+    pseudo-Dice below 0.05; 0 epochs with a learned structure lost``."""
     considered = max(0, len(dice_per_epoch) - start_epoch)
     return (f"stability: {collapsed_epochs(dice_per_epoch, start_epoch, threshold)} of {considered} epochs since "
-            f"epoch {start_epoch} with a structure's pseudo-Dice below {threshold:g}")
+            f"epoch {start_epoch} with a structure's pseudo-Dice below {threshold:g}; "
+            f"{lost_epochs(dice_per_epoch, threshold=threshold)} epochs with a learned structure (pseudo-Dice "
+            f"once >= {LEARNED:g}) lost")
 
 
 def pseudo_dice_history(trainer) -> list:

@@ -28,7 +28,7 @@ import pandas as pd
 from nnunet_dro.atomic import write_text_atomic
 from nnunet_dro.errors import UserError
 from nnunet_dro.training.budget import EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
-from nnunet_dro.training.stability import START_EPOCH, THRESHOLD, collapsed_epochs
+from nnunet_dro.training.stability import LEARNED, START_EPOCH, THRESHOLD, collapsed_epochs, lost_epochs
 from nnunet_dro.workflows.ensemble import predict
 from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
 
@@ -64,7 +64,7 @@ class Cohort:
 
 @dataclass(frozen=True)
 class Budget:
-    """Overrides of the CPU budget (None: the trainer's defaults, 40 epochs x 25 iterations)."""
+    """Overrides of the CPU budget (None: the trainer's defaults, 120 epochs x 25 iterations)."""
     epochs: int | None = None
     iterations_per_epoch: int | None = None
 
@@ -192,8 +192,9 @@ def training_summary(fold_dir: Path) -> dict:
     checkpoint = torch.load(str(fold_dir / "checkpoint_final.pth"), map_location="cpu", weights_only=False)
     logging = checkpoint.get("logging", {})
     dice = [list(map(float, d)) for d in logging.get("dice_per_class_or_region", [])]
-    out = {"epochs": len(dice), "collapsed_epochs": collapsed_epochs(dice),
+    out = {"epochs": len(dice), "collapsed_epochs": collapsed_epochs(dice), "lost_epochs": lost_epochs(dice),
            "collapse_rule": f"epochs >= {START_EPOCH} with a pseudo-Dice < {THRESHOLD}",
+           "lost_rule": f"epochs with a pseudo-Dice < {THRESHOLD} of a structure that had reached {LEARNED}",
            "final_pseudo_dice": dice[-1] if dice else [],
            "final_train_loss": float(logging.get("train_losses", [np.nan])[-1])}
     history = (checkpoint.get("dro_state") or {}).get("history") or {}
@@ -218,7 +219,8 @@ def convergence_line(arm: str, summary: Mapping) -> str:
     text = ", ".join(f"{r} {v:.1f}" for r, v in means.items())
     return (f"  {arm}: controls' mean Dice {text} ({'all' if ok else 'NOT all'} >= {CONVERGED_DICE:g}); "
             f"{summary.get('collapsed_epochs', '?')} of {max(0, summary.get('epochs', 0) - START_EPOCH)} epochs "
-            f"since epoch {START_EPOCH} with a structure's pseudo-Dice < {THRESHOLD:g}; "
+            f"since epoch {START_EPOCH} with a structure's pseudo-Dice < {THRESHOLD:g}, "
+            f"{summary.get('lost_epochs', '?')} with a learned structure lost; "
             f"trained in {summary.get('train_seconds', float('nan')):.0f} s")
 
 

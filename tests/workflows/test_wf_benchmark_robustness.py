@@ -1,8 +1,9 @@
-"""scripts/benchmark_robustness.py: seed parsing, the statistics it aggregates over seeds, and the
-pairing it relies on (ERM and DRO of one repetition start from the same initial weights).
+"""scripts/benchmark_robustness.py: seed and arm parsing, the statistics it aggregates over seeds,
+the targets check, the reports, and the pairing it relies on (the arms of one repetition start from
+the same initial weights).
 
-The whole benchmark is not run here (minutes of nnU-Net training); the lead's demo test covers the
-chain make-synthetic -> plan -> train -> predict -> evaluate that the benchmark repeats per seed.
+The whole benchmark is not run here (minutes of nnU-Net training); the demo test covers the chain
+make-synthetic -> plan -> train -> predict -> evaluate (the same pipeline module) end to end.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import pandas as pd
 import pytest
 
 from nnunet_dro.errors import UserError
-from nnunet_dro.workflows.demo import DemoBudget, trainer_names, write_budget_trainers
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_robustness.py"
 
@@ -47,6 +47,21 @@ def test_parse_seeds_rejects(bench, text):
         bench.parse_seeds(text)
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("ERM", ["ERM"]),
+    ("Adaptive_f50,ERM", ["ERM", "Adaptive_f50"]),
+    ("ERM, DRO_beta100 ,Adaptive_f25", ["ERM", "DRO_beta100", "Adaptive_f25"]),
+])
+def test_parse_arms(bench, text, expected):
+    assert bench.parse_arms(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "ERM,ERM", "ERM,Nope", ","])
+def test_parse_arms_rejects(bench, text):
+    with pytest.raises(UserError, match="--arms"):
+        bench.parse_arms(text)
+
+
 def _per_case(shift_minority_low: float, seeds=(0, 1, 2)) -> pd.DataFrame:
     """10 control and 10 spina-bifida cases per seed, one region. DRO adds ``shift_minority_low``
     to the three worst spina-bifida cases of every seed and leaves everything else as ERM."""
@@ -60,7 +75,7 @@ def _per_case(shift_minority_low: float, seeds=(0, 1, 2)) -> pd.DataFrame:
                 dro = value + (shift_minority_low if group == "spina_bifida" and k < 3 else 0.0)
                 rows.append(dict(seed=seed, method="ERM", case=case, region="cerebellum", metric="dice",
                                  value=value, condition=group))
-                rows.append(dict(seed=seed, method="DRO", case=case, region="cerebellum", metric="dice",
+                rows.append(dict(seed=seed, method="Adaptive_f50", case=case, region="cerebellum", metric="dice",
                                  value=dro, condition=group))
     return pd.DataFrame(rows)
 
@@ -84,88 +99,125 @@ def test_statistics_match_numpy_per_seed_and_average_over_seeds(bench):
     assert row["p5_sd"] == pytest.approx(per_seed.std(ddof=1))
 
 
+def _runs(collapsed_arm=(0, 0, 0), collapsed_erm=(0, 1, 0)) -> pd.DataFrame:
+    rows = []
+    for seed in range(3):
+        for arm, collapsed in (("ERM", collapsed_erm), ("Adaptive_f50", collapsed_arm)):
+            rows.append(dict(arm=arm, seed=seed, epochs=40, collapsed_epochs=collapsed[seed], train_seconds=300.0,
+                             lost_epochs=0, control_mean_dice={"cerebellum": 90.0}))
+    return pd.DataFrame(rows)
+
+
 def test_paired_comparison_finds_raised_minority_tail_and_unchanged_controls(bench):
     per_case = _per_case(12.0)
     by_seed = bench.summary_by_seed(per_case)
     paired = bench.paired_comparison(per_case, by_seed).set_index("group")
+    assert set(paired["method"]) == {"Adaptive_f50"}
     minority, control = paired.loc["spina_bifida"], paired.loc["control"]
-    assert minority["d_p10"] > 0 and minority["d_p10_seeds_up"] == 3
+    assert minority["d_p10"] > 0 and minority["d_p10_seeds_up"] == 3 and minority["d_p10_signs"] == "+++"
     assert minority["d_p5"] > 0 and minority["d_p5_seeds_up"] == 3
     iqr = {m: [np.subtract(*np.percentile(f["value"], [75, 25])) for _, f in
-               per_case.query("condition == 'spina_bifida' and method == @m").groupby("seed")] for m in ("DRO", "ERM")}
-    assert minority["d_iqr"] == pytest.approx(np.mean(np.subtract(iqr["DRO"], iqr["ERM"])))
+               per_case.query("condition == 'spina_bifida' and method == @m").groupby("seed")]
+           for m in ("Adaptive_f50", "ERM")}
+    assert minority["d_iqr"] == pytest.approx(np.mean(np.subtract(iqr["Adaptive_f50"], iqr["ERM"])))
     assert minority["pooled_n"] == 30
     assert minority["pooled_mean"] == pytest.approx(12.0 * 9 / 30)
     assert minority["pooled_share_improved"] == pytest.approx(0.3)
-    assert control["d_mean"] == 0 and control["d_p10_seeds_up"] == 0
+    assert control["d_mean"] == 0 and control["d_p10_seeds_up"] == 0 and control["d_mean_signs"] == "000"
     assert control["pooled_wilcoxon_p"] == 1.0  # all differences zero
-    lines = bench.claim_check(paired.reset_index())
-    assert any(line.startswith("spina_bifida / cerebellum: p10 +") and "raised in every seed" in line
-               for line in lines)
-    assert any(line.startswith("control / cerebellum: mean +0.0 points: unchanged") for line in lines)
+
+    summary = bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_f50"])
+    hardest = bench.hardest_regions(summary)
+    assert hardest == {"spina_bifida": "cerebellum"}
+    lines = bench.targets_check(by_seed, paired.reset_index(), _runs(), hardest)
+    # raised in every seed, but by less than the 5-point target
+    assert any(line.startswith("Adaptive_f50: spina_bifida p10 on its hardest structure (cerebellum) +4.5 vs ERM")
+               and "[+++] -> not met" in line for line in lines)
+    big = _per_case(30.0)
+    big_by_seed = bench.summary_by_seed(big)
+    big_lines = bench.targets_check(big_by_seed, bench.paired_comparison(big, big_by_seed), _runs(), hardest)
+    assert any("spina_bifida p10 on its hardest structure (cerebellum) +" in line and "[+++] -> MET" in line
+               for line in big_lines)
+    assert any("controls' region means vs ERM cerebellum +0.0 [000] -> MET" in line for line in lines)
+    assert any("collapsed epochs per seed [0, 0, 0] vs ERM [0, 1, 0] -> MET" in line for line in lines)
+    assert any("learned structure lost per seed [0, 0, 0] vs ERM [0, 0, 0] -> MET" in line for line in lines)
+    lines = bench.targets_check(by_seed, paired.reset_index(), _runs(collapsed_arm=(1, 0, 0), collapsed_erm=(0, 0, 0)),
+                                hardest)
+    assert any("collapsed epochs per seed [1, 0, 0] vs ERM [0, 0, 0] -> not met" in line for line in lines)
 
 
-def test_paired_comparison_reports_a_lowered_tail(bench):
+def test_a_lowered_tail_fails_the_target(bench):
     per_case = _per_case(-12.0)
-    paired = bench.paired_comparison(per_case, bench.summary_by_seed(per_case)).set_index("group")
-    assert paired.loc["spina_bifida", "d_p10"] < 0
-    assert any("lowered in every seed" in line for line in bench.claim_check(paired.reset_index()))
+    by_seed = bench.summary_by_seed(per_case)
+    paired = bench.paired_comparison(per_case, by_seed)
+    row = paired.set_index("group").loc["spina_bifida"]
+    assert row["d_p10"] < 0 and row["d_p10_signs"] == "---"
+    lines = bench.targets_check(by_seed, paired, _runs(), {"spina_bifida": "cerebellum"})
+    assert any("spina_bifida p10" in line and "-> not met" in line for line in lines)
 
 
-def test_reports_render(bench):
+def test_reports_and_tradeoff_plot_render(bench, tmp_path):
     per_case = _per_case(3.0)
     by_seed = bench.summary_by_seed(per_case)
-    summary = bench.summary_over_seeds(by_seed)
+    summary = bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_f50"])
     paired = bench.paired_comparison(per_case, by_seed)
-    settings = {"seeds": [0, 1, 2], "cohort": {"n_train": 40, "n_test": 30, "size": 32},
-                "budget": {"epochs": 2, "iterations_per_epoch": 3}, "device": "cpu", "seconds": 1.0, "runs": "x"}
-    text = bench.markdown_report(summary, paired, settings)
-    assert "| spina_bifida | cerebellum | DRO |" in text and "Δp10" in text
-    assert "spina_bifida" in bench.terminal_report(summary, paired)
+    hardest = bench.hardest_regions(summary)
+    targets = bench.targets_check(by_seed, paired, _runs(), hardest)
+    settings = {"seeds": [0, 1, 2], "arms": ["ERM", "Adaptive_f50"], "cohort": {"n_train": 40, "n_test": 30, "size": 32},
+                "budget": "CPU budget defaults", "device": "cpu", "seconds": 1.0, "runs": "x"}
+    text = bench.markdown_report(summary, paired, _runs(), settings, hardest, targets)
+    assert "| spina_bifida | cerebellum | Adaptive_f50 |" in text and "Δp10" in text and "## Targets" in text
+    assert "spina_bifida" in bench.terminal_report(summary, paired, targets)
+    bench.plot_tradeoff(tmp_path / "tradeoff.png", by_seed, hardest, ["ERM", "Adaptive_f50"])
+    assert (tmp_path / "tradeoff.png").stat().st_size > 10_000
 
 
-def test_existing_run_folder_needs_keep_or_overwrite(bench, tmp_path):
-    (tmp_path / "runs" / "seed_0").mkdir(parents=True)
-    code = bench.main(["--seeds", "1", "-o", str(tmp_path)])
-    assert code == 2
+def test_report_only_without_runs_is_a_clear_error(bench, tmp_path, capsys):
+    code = bench.main(["--seeds", "1", "--report-only", "-o", str(tmp_path)])
+    assert code == 2 and "no finished runs" in capsys.readouterr().err
+
+
+def test_benchmark_needs_the_erm_arm(bench, tmp_path, capsys):
+    assert bench.main(["--arms", "Adaptive_f50", "-o", str(tmp_path)]) == 2
+    assert "needs the ERM arm" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_seeded_budget_trainers_start_from_the_same_weights(tmp_path):
-    """The paired comparison assumes both arms of a repetition share their initial weights."""
+    """The paired comparison assumes every arm of a repetition starts from the same initial weights:
+    ``nnUNet_dro_seed`` seeds them (and the DRO draws); without it they differ."""
     env = {**os.environ, "nnUNet_raw": str(tmp_path / "raw"), "nnUNet_preprocessed": str(tmp_path / "pre"),
            "nnUNet_results": str(tmp_path / "res"), "nnUNet_compile": "f", "nnUNet_def_n_proc": "1",
            "OMP_NUM_THREADS": "1"}
+    env.pop("nnUNet_dro_seed", None)
     bin_dir = Path(sys.executable).parent
     subprocess.run([sys.executable, "-m", "nnunet_dro", "make-synthetic", "--kind", "fetal", "-d", "993",
                     "--n-train", "3", "--n-test", "0", "--size", "16"], env=env, check=True, capture_output=True)
     subprocess.run([str(bin_dir / "nnUNetv2_plan_and_preprocess"), "-d", "993", "-c", "3d_fullres", "-np", "1",
                     "-npfp", "1"], env=env, check=True, capture_output=True)
-    budget = DemoBudget(1, 1, 1)
-    for seed, folder in ((7, tmp_path / "seeded"), (None, tmp_path / "unseeded")):
-        write_budget_trainers(folder, budget, seed=seed)
-    names = trainer_names(budget)
     check = textwrap.dedent(f"""
-        import sys, torch
+        import torch
         from batchgenerators.utilities.file_and_folder_operations import join, load_json
-        sys.path.insert(0, sys.argv[1])
-        import nnunet_dro_demo_trainers as m
+        from nnunet_dro.training import nnUNetTrainer_CPUBudget, nnUNetTrainerDROAdaptive_CPUBudget
         folder = join({str(tmp_path / 'pre')!r}, 'Dataset993_SyntheticFetal')
         plans, dataset = load_json(join(folder, 'nnUNetPlans.json')), load_json(join(folder, 'dataset.json'))
-        weights = []
-        for name in ({names['ERM']!r}, {names['DRO']!r}):
+        weights, seeds, widths = [], [], []
+        for cls in (nnUNetTrainer_CPUBudget, nnUNetTrainerDROAdaptive_CPUBudget):
             # nnU-Net 2.8's run_training sets this key before building a trainer
-            trainer = getattr(m, name)({{**plans, 'continue_training': False}}, '3d_fullres', 0, dataset,
-                                       device=torch.device('cpu'))
+            trainer = cls({{**plans, 'continue_training': False}}, '3d_fullres', 0, dataset, device=torch.device('cpu'))
             trainer.initialize()
             weights.append(torch.cat([p.detach().flatten() for p in trainer.network.parameters()]))
-        print('SAME' if torch.equal(*weights) else 'DIFFERENT', getattr(m.{names['DRO']}, 'dro_seed', None))
+            widths.append(trainer.network.encoder.stages[0][0].convs[0].conv.out_channels)
+            seeds.append(getattr(trainer, 'dro_seed', None))
+            if hasattr(trainer, 'case_weighting'):
+                trainer.case_weighting.close()
+        full = plans['configurations']['3d_fullres']['architecture']['arch_kwargs']['features_per_stage'][0]
+        print('SAME' if torch.equal(*weights) else 'DIFFERENT', seeds[1], widths[0] * 4 == full)
     """)
     outputs = {}
-    for label in ("seeded", "unseeded"):
-        done = subprocess.run([sys.executable, "-c", check, str(tmp_path / label)], env=env, capture_output=True,
-                              text=True)
+    for label, extra in (("seeded", {"nnUNet_dro_seed": "7"}), ("unseeded", {})):
+        done = subprocess.run([sys.executable, "-c", check], env={**env, **extra}, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
         outputs[label] = done.stdout.strip().splitlines()[-1]
-    assert outputs["seeded"] == "SAME 7"
-    assert outputs["unseeded"] == "DIFFERENT None"
+    assert outputs["seeded"] == "SAME 7 True"
+    assert outputs["unseeded"] == "DIFFERENT None True"

@@ -1,5 +1,5 @@
 """`nnunet_dro demo` end to end with a tiny budget: make-synthetic -> nnUNetv2_plan_and_preprocess
--> nnUNetv2_train (ERM and DRO) -> nnUNetv2_predict -> nnunet_dro evaluate, all real CLIs."""
+-> nnUNetv2_train (ERM and adaptive DRO) -> nnUNetv2_predict -> nnunet_dro evaluate, all real CLIs."""
 import os
 import subprocess
 import sys
@@ -21,6 +21,7 @@ def test_demo_runs_the_whole_pipeline_and_reuses_finished_steps(tmp_path):
         assert f"[demo {step}/5" in done.stdout
     assert "| group | method | region |" in done.stdout  # the stratified table
     assert "Hardest training cases for DRO" in done.stdout
+    assert "Convergence and stability of each run" in done.stdout and "controls' mean Dice" in done.stdout
     summary = pd.read_csv(out / "evaluation" / "summary.csv")
     assert set(summary["method"]) == {"ERM", "DRO"}
     assert set(summary["region"]) == {"white_matter", "intra_axial_csf", "cerebellum"}
@@ -33,4 +34,4 @@ def test_demo_runs_the_whole_pipeline_and_reuses_finished_steps(tmp_path):
     # a second run reuses the dataset, the plans and both trained models
     again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("already trained, reusing") == 2
+    assert again.stdout.count("already finished, reusing") == 2

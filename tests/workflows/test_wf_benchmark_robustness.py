@@ -133,7 +133,8 @@ def test_paired_comparison_finds_raised_minority_tail_and_unchanged_controls(ben
     # raised in every seed, but by less than the 5-point target
     assert any(line.startswith("Adaptive_f50: spina_bifida p10 on its hardest structure (cerebellum) +4.5 vs ERM")
                and "[+++] -> not met" in line for line in lines)
-    big = _per_case(30.0)
+    big = _per_case(0.0)
+    big.loc[(big["method"] == "Adaptive_f50") & (big["condition"] == "spina_bifida"), "value"] += 10.0
     big_by_seed = bench.summary_by_seed(big)
     big_lines = bench.targets_check(big_by_seed, bench.paired_comparison(big, big_by_seed), _runs(), hardest)
     assert any("spina_bifida p10 on its hardest structure (cerebellum) +" in line and "[+++] -> MET" in line

@@ -1,4 +1,4 @@
-"""Overhead of nnUNetTrainerDRO over nnU-Net's nnUNetTrainer per training iteration (CPU).
+"""Overhead of the DRO trainers over nnU-Net's nnUNetTrainer per training iteration (CPU).
 
 Both trainers are built on the same preprocessed dataset in one process; their training steps
 are timed alternately (which one goes first alternates too), so machine load affects both
@@ -11,10 +11,13 @@ the sampler draw that DRO adds to the loader is timed separately.
     python scripts/benchmark_overhead.py -d 4 -n 40      # an existing dataset under $nnUNet_preprocessed
     python scripts/benchmark_overhead.py --trainers nnUNetTrainerDROReweight,nnUNetTrainerL2RW -n 10
 
-Prints the median iteration time of each trainer and the ratio DRO/ERM (target <= 1.02). With
-``--trainers``, every listed trainer (any class exported by ``nnunet_dro.training``) is timed
-against nnUNetTrainer in the same interleaved loop, and its ratio to ERM is printed; the
-loss-only and sampler-draw figures are printed when nnUNetTrainerDRO is among them.
+Prints the median iteration time of each trainer and its ratio to ERM (target <= 1.02). Every
+listed trainer (``--trainers``, any class exported by ``nnunet_dro.training``; default
+nnUNetTrainerDRO and nnUNetTrainerDROAdaptive) is timed against nnUNetTrainer in the same
+interleaved loop. For trainers that weight cases it also prints the cost of the part they change
+on one identical network output, and the draw time. Last, the cost of the scale-free beta solve
+(perplexity root finder) for n = 1e2 .. 1e5 cases, alone and amortised over the updates between
+two solves (``adapt_every = max(1, n // 256)``).
 """
 from __future__ import annotations
 
@@ -72,13 +75,13 @@ def build_trainer(cls, dataset_id: int):
 
 
 def time_loss_only(erm, dro, repeats: int):
-    """Time the part of the step that DRO changes on one identical network output: nnU-Net's loss
-    and backward vs. the per-sample loss, importance weights, weighted mean, backward and update."""
+    """Time the part of the step a case-weighting trainer changes, on one identical network output:
+    nnU-Net's loss and backward vs. the per-sample loss, weights, weighted mean, backward, update."""
     import torch
-    from nnunet_dro.training.trainer import importance_weights_torch
 
     batch = next(dro.dataloader_train)
     indices = dro._batch_indices(batch["keys"])
+    draw_beta = np.asarray(batch.get("dro_beta", np.full(indices.size, np.nan)), dtype=np.float64)
     with torch.no_grad():
         output = [o.detach() for o in dro.network(batch["data"])]
     target = batch["target"]
@@ -91,13 +94,32 @@ def time_loss_only(erm, dro, repeats: int):
 
         out = [o.clone().requires_grad_(True) for o in output]
         start = time.perf_counter()
-        stale = torch.from_numpy(dro.dro_sampler.losses[indices].astype(np.float32))
         per_sample = dro.per_sample_loss(out, target)
-        weights = importance_weights_torch(per_sample.detach(), stale, dro.dro_beta, dro.dro_clip)
-        (weights * per_sample).mean().backward()
-        dro._update_sampler(indices, per_sample.detach().cpu().numpy().astype(np.float64))
+        fresh = per_sample.detach().float().cpu().numpy().astype(np.float64)
+        weights = dro.case_weighting.weights(indices, fresh, draw_beta)
+        (torch.from_numpy(weights.astype(np.float32)) * per_sample).mean().backward()
+        dro.case_weighting.update(indices, fresh, draw_beta)
         dro_times.append(time.perf_counter() - start)
     return erm_times, dro_times
+
+
+def time_beta_solve(sizes=(100, 1_000, 10_000, 100_000), fraction: float = 0.5) -> None:
+    """Cost of one scale-free beta solve and its amortised cost per update."""
+    from nnunet_dro.sampling.temperature import solve_beta_for_perplexity
+
+    rng = np.random.default_rng(0)
+    print(f"scale-free beta (perplexity >= {fraction:g} n), one solve on realistic losses (0.05-0.6):")
+    for n in sizes:
+        losses = rng.gamma(2.0, 0.1, n) + 0.05
+        runs = []
+        for _ in range(max(3, 2000 // n)):
+            start = time.perf_counter()
+            solve_beta_for_perplexity(losses, fraction, 100.0)
+            runs.append(time.perf_counter() - start)
+        every = max(1, n // 256)
+        one = statistics.median(runs)
+        print(f"  n = {n:>7}: {1e3 * one:8.3f} ms per solve; re-solved every {every:>4} updates -> "
+              f"{1e3 * one / every:.3f} ms per update")
 
 
 def main(argv=None) -> int:
@@ -107,9 +129,9 @@ def main(argv=None) -> int:
     parser.add_argument("-n", type=int, default=30, help="timed iterations per trainer (default 30)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed iterations per trainer first (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--trainers", default="nnUNetTrainerDRO",
+    parser.add_argument("--trainers", default="nnUNetTrainerDRO,nnUNetTrainerDROAdaptive",
                         help="comma-separated trainer classes of nnunet_dro.training to time against "
-                             "nnUNetTrainer (default nnUNetTrainerDRO)")
+                             "nnUNetTrainer (default nnUNetTrainerDRO,nnUNetTrainerDROAdaptive)")
     args = parser.parse_args(argv)
 
     os.environ["nnUNet_n_proc_DA"] = "0"
@@ -141,8 +163,7 @@ def main(argv=None) -> int:
                      f"{[n for n in training.__all__ if n.startswith('nnUNetTrainer')]}")
     trainers = {"ERM nnUNetTrainer": build_trainer(nnUNetTrainer, dataset_id)}
     for name in names:
-        trainers[f"DRO {name}" if name == "nnUNetTrainerDRO" else name] = build_trainer(getattr(training, name),
-                                                                                       dataset_id)
+        trainers[name] = build_trainer(getattr(training, name), dataset_id)
     times = {name: [] for name in trainers}
     order = list(trainers)
     for it in range(args.warmup + args.n):
@@ -164,40 +185,35 @@ def main(argv=None) -> int:
         q1, q3 = np.percentile(values, [25, 75])
         medians[name] = statistics.median(values)
         print(f"  {name:22s} median {medians[name]:.4f} s/iteration  (IQR {q1:.4f}-{q3:.4f})")
-    for name in trainers:
-        if name not in ("ERM nnUNetTrainer", "DRO nnUNetTrainerDRO"):
-            paired = np.array(times[name]) / np.array(times["ERM nnUNetTrainer"])
-            print(f"  ratio {name}/ERM (median iteration time): {medians[name] / medians['ERM nnUNetTrainer']:.3f}, "
-                  f"median of paired ratios {np.median(paired):.3f}")
-    if "DRO nnUNetTrainerDRO" in trainers:
-        print_dro_figures(trainers, times, medians, args.n)
+    erm = medians["ERM nnUNetTrainer"]
+    for name in names:
+        paired = np.array(times[name]) / np.array(times["ERM nnUNetTrainer"])
+        print(f"  ratio {name}/ERM (median iteration time): {medians[name] / erm:.4f}, median of paired ratios "
+              f"(robust to load drift) {np.median(paired):.4f}  (target <= 1.02)")
+        if hasattr(trainers[name], "case_weighting"):
+            print_case_weighting_figures(name, trainers, args.n)
+    time_beta_solve()
     for trainer in trainers.values():
-        if hasattr(trainer, "_close_sampler"):
-            trainer._close_sampler()
+        if hasattr(trainer, "_close_case_weighting"):
+            trainer._close_case_weighting()
     if tmp is not None:
         tmp.cleanup()
     return 0
 
 
-def print_dro_figures(trainers, times, medians, n) -> None:
-    """The nnUNetTrainerDRO figures: ratio to ERM, loss-only cost, sampler draw time."""
-    loss_times = time_loss_only(trainers["ERM nnUNetTrainer"], trainers["DRO nnUNetTrainerDRO"], n)
-    dro = trainers["DRO nnUNetTrainerDRO"]
+def print_case_weighting_figures(name, trainers, n) -> None:
+    """Loss-only cost and draw time of a case-weighting trainer."""
+    erm = trainers["ERM nnUNetTrainer"]
+    dro = trainers[name]
+    erm_loss, dro_loss = (statistics.median(v) for v in time_loss_only(erm, dro, n))
     draws = []
     for _ in range(2000):
         start = time.perf_counter()
-        dro.dro_sampler.sample(dro.batch_size)
+        dro.case_weighting.sample_with_beta(dro.batch_size)
         draws.append(time.perf_counter() - start)
-    ratio = medians["DRO nnUNetTrainerDRO"] / medians["ERM nnUNetTrainer"]
-    paired = np.array(times["DRO nnUNetTrainerDRO"]) / np.array(times["ERM nnUNetTrainer"])
-    print(f"  ratio DRO/ERM (median iteration time): {ratio:.4f}  (target <= 1.02)")
-    print(f"  median of paired ratios (iteration i of DRO / iteration i of ERM, robust to load drift): "
-          f"{np.median(paired):.4f}")
-    erm_loss, dro_loss = (statistics.median(v) for v in loss_times)
-    print(f"  loss only, same network output: nnU-Net loss {1e3 * erm_loss:.2f} ms, DRO per-sample loss + "
-          f"importance weights + sampler update {1e3 * dro_loss:.2f} ms "
-          f"(difference = {100 * (dro_loss - erm_loss) / medians['ERM nnUNetTrainer']:+.2f}% of an ERM iteration)")
-    print(f"  sampler draw of one batch (in the loader / DA workers): median {1e6 * statistics.median(draws):.1f} us")
+    print(f"    loss only, same network output: nnU-Net loss {1e3 * erm_loss:.2f} ms, per-sample loss + weights + "
+          f"update {1e3 * dro_loss:.2f} ms; draw of one batch (in the DA workers) "
+          f"{1e6 * statistics.median(draws):.1f} us")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTra
                                           nnUNetTrainerDRO_SGDnoMomentum, nnUNetTrainerDROAdaptive_f25,
                                           nnUNetTrainerDROAdaptive_f50, nnUNetTrainerDROAdaptive_f75,
                                           nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_noIS)
-from nnunet_dro.training.budget import (BUDGET_TRAINERS, nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
+from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
                                         nnUNetTrainerDROAdaptive_CPUBudget, nnUNetTrainerDROAdaptive_f25_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f75_CPUBudget, nnUNetTrainerDROAdaptive_f90_CPUBudget,
                                         nnUNetTrainerDROAdaptive_noIS_CPUBudget)
@@ -33,7 +33,13 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_f75",
     "nnUNetTrainerDROAdaptive_f90",
     "nnUNetTrainerDROAdaptive_noIS",
-    *BUDGET_TRAINERS,
+    "nnUNetTrainer_CPUBudget",
+    "nnUNetTrainerDRO_CPUBudget",
+    "nnUNetTrainerDROAdaptive_CPUBudget",
+    "nnUNetTrainerDROAdaptive_f25_CPUBudget",
+    "nnUNetTrainerDROAdaptive_f75_CPUBudget",
+    "nnUNetTrainerDROAdaptive_f90_CPUBudget",
+    "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "nnUNetTrainerConfigurableSGD",
     "nnUNetTrainerDRO",
     "nnUNetTrainerDRO_beta10",

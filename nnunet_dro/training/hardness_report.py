@@ -4,14 +4,14 @@
   ``case, stale_loss, probability, times_drawn`` (final stale loss, sampling probability
   ``softmax(beta * L)``, number of fresh losses the case contributed). Cases a model finds hard
   are often label errors or rare anatomy: look at the top rows.
-- ``dro_progress.png``: the per-epoch sampler statistics (entropy of p against its maximum
-  ``log n``, effective sample size against ``n``, max p, fraction of clipped importance weights).
+- ``dro_progress.png``: the per-epoch sampler statistics: beta in force, perplexity ``exp(H(p))``
+  and effective sample size ``1/sum(p^2)`` as fractions of ``n``, max p, fraction of clipped
+  importance weights.
 
 Both files are written atomically, so a crash mid-write never leaves a truncated report.
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import Mapping, Sequence
 
@@ -53,8 +53,10 @@ def write_hardness_csv(path: str | os.PathLike, table: pd.DataFrame) -> None:
 def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], num_cases: int) -> None:
     """Plot the per-epoch sampler statistics of ``history`` to a png, atomically.
 
-    ``history`` holds equal-length lists under ``epoch``, ``entropy``, ``effective_sample_size``,
-    ``max_probability`` and ``clipped_fraction`` (NaN when importance sampling is off).
+    ``history`` holds equal-length lists under ``epoch`` and any of ``beta``,
+    ``perplexity_fraction``, ``ess_fraction``, ``effective_sample_size``, ``max_probability`` and
+    ``clipped_fraction`` (NaN when importance sampling is off); missing series are left empty
+    (histories of earlier releases have no beta or perplexity).
     """
     import matplotlib
     matplotlib.use("agg")
@@ -62,29 +64,44 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
     from matplotlib.ticker import MaxNLocator
 
     epochs = list(history.get("epoch", []))
+
+    def series(key: str) -> np.ndarray | None:
+        values = history.get(key)
+        if values is None or len(values) != len(epochs) or not epochs:
+            return None
+        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+    ess = series("ess_fraction")
+    if ess is None and series("effective_sample_size") is not None and num_cases > 0:
+        ess = series("effective_sample_size") / num_cases
     panels = [
-        ("entropy", "entropy of p (nats)", math.log(num_cases) if num_cases > 0 else None, "uniform: log n"),
-        ("effective_sample_size", "effective sample size 1/sum(p^2)", num_cases, "uniform: n"),
-        ("max_probability", "max p", 1.0 / num_cases if num_cases > 0 else None, "uniform: 1/n"),
-        ("clipped_fraction", "fraction of clipped importance weights", None, None),
+        ("beta in force", [("beta", series("beta"))], None),
+        ("spread of p over the cases (fraction of n)",
+         [("perplexity exp(H(p)) / n", series("perplexity_fraction")), ("effective sample size / n", ess)], 1.0),
+        ("max p", [("max p", series("max_probability"))], 1.0 / num_cases if num_cases > 0 else None),
+        ("fraction of clipped importance weights", [("clipped", series("clipped_fraction"))], None),
     ]
     # nnU-Net's logger switches seaborn's large-font style on globally: draw in matplotlib's default
     with plt.style.context("default"):
-        fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
-        for ax, (key, title, reference, reference_label) in zip(axes, panels):
-            values = np.asarray(history.get(key, []), dtype=np.float64)
-            if len(values) == len(epochs) and len(epochs) > 0:
-                ax.plot(epochs, values, color="tab:blue", marker="o" if len(epochs) < 30 else None, linewidth=2)
-                if key == "clipped_fraction" and np.isnan(values).all():
-                    ax.text(0.5, 0.5, "importance sampling off", transform=ax.transAxes, ha="center")
+        fig, axes = plt.subplots(len(panels), 1, figsize=(10, 12), sharex=True)
+        for ax, (title, lines, reference) in zip(axes, panels):
+            drawn = False
+            for label, values in lines:
+                if values is not None and np.isfinite(values).any():
+                    ax.plot(epochs, values, marker="o" if len(epochs) < 30 else None, linewidth=2, label=label)
+                    drawn = True
+            if not drawn:
+                ax.text(0.5, 0.5, "importance sampling off" if "clipped" in title else "not recorded",
+                        transform=ax.transAxes, ha="center")
             if reference is not None:
-                ax.axhline(reference, color="grey", ls="--", label=reference_label)
-                ax.legend(loc="best")
+                ax.axhline(reference, color="grey", ls="--", label="uniform sampling")
+            if drawn or reference is not None:
+                ax.legend(loc="best", fontsize=9)
             ax.set_title(title, fontsize=11)
             ax.grid(alpha=0.3)
         axes[-1].set_xlabel("epoch")
         axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
-        fig.suptitle(f"Hardness weighted sampling over {num_cases} training cases")
+        fig.suptitle(f"Case weighting over {num_cases} training cases")
         fig.tight_layout()
         try:
             with atomic_path(path) as tmp:

@@ -1,34 +1,39 @@
-"""``nnUNetTrainerDRO``: nnU-Net v2 training with hardness weighted sampling (Algorithm 1).
+"""The trainers that draw or weight cases by their loss: ``nnUNetTrainerDRO`` (Algorithm 1, the
+paper's setting), ``nnUNetTrainerDROAdaptive`` (scale-free beta) and their common base
+``nnUNetTrainerCaseWeighting``, which holds one :class:`~nnunet_dro.weighting.CaseWeighting`.
 
 What changes compared with ``nnUNetTrainer`` (everything else is nnU-Net's):
 
-- **Sampling.** One stale loss per training case of the fold (nnU-Net's split; sampler index
-  ``i`` is the ``i``-th of the sorted training identifiers). The data-augmentation workers draw
-  each batch i.i.d. with replacement from ``softmax(beta * L)`` out of shared memory
-  (:class:`~nnunet_dro.training.dataloading.nnUNetDataLoaderDRO`); nnU-Net's foreground
-  oversampling, cropping and augmentation are unchanged. The validation loader is nnU-Net's.
-- **Loss.** The per-sample twin of nnU-Net's own loss (:mod:`nnunet_dro.training.losses`).
-  The step minimises ``mean_i(w_i * l_i)`` with the clipped importance weights
-  ``w_i = clip(exp(beta * (l_i - L_i)), w_min, w_max)`` (computed in log space, on the device,
-  without a GPU sync), then ``L_i <- l_i``. nnU-Net's CUDA path is kept: autocast, GradScaler,
-  gradient clipping at 12, compiled Dice.
-- **State.** Stale losses, draw counts, the sampler's RNG state and the per-epoch statistics
-  live in nnU-Net's checkpoint under ``'dro_state'``; ``--c`` restores them before the data
-  loaders start.
-- **DDP.** Ranks all-gather their (case, loss) pairs every iteration, so every rank holds the
-  same loss vector; each rank draws from its own RNG stream; only rank 0 writes files.
-- **Observability.** Each epoch the log shows the entropy of p, the effective sample size, max p,
-  the fraction of clipped importance weights and the hardest cases; the fold folder gets
-  ``dro_hardness.csv`` and ``dro_progress.png`` (:mod:`nnunet_dro.training.hardness_report`).
+- **Sampling.** One stale loss per training case of the fold (nnU-Net's split; index ``i`` is the
+  ``i``-th of the sorted training identifiers). The data-augmentation workers draw each batch
+  i.i.d. with replacement from the scheme's distribution out of shared memory
+  (:class:`~nnunet_dro.training.dataloading.nnUNetDataLoaderDRO`; the batch carries the beta it
+  was drawn with); nnU-Net's foreground oversampling, cropping and augmentation are unchanged.
+  Schemes with uniform draws keep nnU-Net's loaders. The validation loader is nnU-Net's.
+- **Loss.** The per-sample twin of nnU-Net's own loss (:mod:`nnunet_dro.training.losses`). One
+  training step for every scheme: ``w = weights(idx, l, draw_beta)``, step on ``mean_i(w_i l_i)``,
+  then ``update`` (``L_i <- l_i``, a new beta for the adaptive scheme). The weights need the b
+  fresh losses on the host (one small device-to-host copy). nnU-Net's CUDA path is kept:
+  autocast, GradScaler, gradient clipping at 12, compiled Dice.
+- **State.** The case weighting is built at the end of ``initialize()``; its state (stale losses,
+  draw counts, RNG state, beta, running mean of the weights) and the per-epoch statistics live in
+  nnU-Net's checkpoint under ``'dro_state'``, so ``--c`` (applied right after initialisation)
+  restores them before the data loaders start. Checkpoints of release 1 still load.
+- **DDP.** Ranks all-gather their (case, loss, draw beta) triples every iteration, so every rank
+  holds the same state; each rank draws from its own RNG stream; only rank 0 writes files.
+- **Observability.** Each epoch the log shows beta, the perplexity and effective sample size of
+  p, max p, the fraction of clipped importance weights, the hardest cases and the stability count
+  (:mod:`nnunet_dro.training.stability`); the fold folder gets ``dro_hardness.csv`` and
+  ``dro_progress.png`` (:mod:`nnunet_dro.training.hardness_report`).
 
-Hyper-parameters are class attributes (``dro_beta``, ``dro_importance_sampling``, ``dro_clip``,
+Hyper-parameters are class attributes (``dro_beta``, ``dro_fraction``, ``dro_importance_sampling``,
 ...), so variants are one-line subclasses (:mod:`nnunet_dro.training.variants`) and user
 subclasses in their own ``nnUNet_extTrainer`` folder work the same way::
 
-    from nnunet_dro.training import nnUNetTrainerDRO
+    from nnunet_dro.training import nnUNetTrainerDROAdaptive
 
-    class nnUNetTrainerDRO_beta30(nnUNetTrainerDRO):
-        dro_beta = 30.0
+    class nnUNetTrainerDROAdaptive_f60(nnUNetTrainerDROAdaptive):
+        dro_fraction = 0.6
 """
 from __future__ import annotations
 

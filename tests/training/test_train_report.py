@@ -40,3 +40,14 @@ def test_progress_png_is_written_for_edge_histories(tmp_path, epochs, clipped):
     plot_dro_progress(path, history, num_cases=4)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["dro_progress.png"]
+
+
+def test_progress_png_plots_the_adaptive_statistics(tmp_path):
+    """Histories of the adaptive trainer (beta, perplexity and ESS as fractions; None where a
+    statistic was not available) render too."""
+    history = {"epoch": [0, 1, 2], "beta": [100.0, 12.5, 9.0], "perplexity_fraction": [1.0, 0.5, 0.5],
+               "ess_fraction": [1.0, 0.4, 0.38], "max_probability": [0.25, 0.3, 0.31],
+               "clipped_fraction": [None, 0.1, 0.05]}
+    path = tmp_path / "dro_progress.png"
+    plot_dro_progress(path, history, num_cases=4)
+    assert path.stat().st_size > 10_000

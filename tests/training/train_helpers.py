@@ -23,10 +23,10 @@ import os
 import numpy as np
 import torch
 
-from nnunet_dro.training import nnUNetTrainerDRO
+from nnunet_dro.training import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive
 
 
-class nnUNetTrainerDRO_e2eTest(nnUNetTrainerDRO):
+class TestSize:
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):
         super().__init__(plans, configuration, fold, dataset_json, device)
@@ -44,8 +44,17 @@ class nnUNetTrainerDRO_e2eTest(nnUNetTrainerDRO):
 
     def on_train_start(self):
         super().on_train_start()
-        # the loss vector the data-augmentation workers start from (checked by the resume test)
+        # the state the data-augmentation workers start from (checked by the resume tests)
         np.save(os.path.join(self.output_folder, 'dro_losses_at_start.npy'), np.array(self.case_weighting.losses))
+        np.save(os.path.join(self.output_folder, 'dro_beta_at_start.npy'), np.array(self.case_weighting.current_beta))
+
+
+class nnUNetTrainerDRO_e2eTest(TestSize, nnUNetTrainerDRO):
+    pass
+
+
+class nnUNetTrainerDROAdaptive_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
+    pass
 '''
 
 

@@ -55,14 +55,17 @@ def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Bud
     echo("    training set by condition: " + _counts(subgroups[subgroups["split"] == "train"]))
     echo("    test set by condition:     " + _counts(subgroups[subgroups["split"] == "test"]))
 
-    summaries = {}
     for method, arm in DEMO_ARMS.items():
         trainer = ARM_TRAINERS[arm]
-        step(3, f"nnUNetv2_train {DATASET_ID} 3d_fullres all -tr {trainer} [{method}], then nnUNetv2_predict "
-                f"of the test images (step 4)")
-        if ws.finished(arm):
-            echo(f"    already finished, reusing {ws.arm_folder(arm)}")
-        summaries[method], _ = ws.run_arm(arm, trainer, seed, budget, device, show=progress_filter(echo))
+        step(3, f"nnUNetv2_train {DATASET_ID} 3d_fullres all -tr {trainer} [{method}]")
+        if ws.finished(arm) or (ws.fold_folder(trainer) / "checkpoint_final.pth").is_file():
+            echo(f"    already finished, reusing {ws.fold_folder(trainer)}")
+        else:
+            ws.train_arm(arm, trainer, seed, budget, device, show=progress_filter(echo))
+    summaries = {}
+    for method, arm in DEMO_ARMS.items():
+        step(4, f"nnUNetv2_predict of the test images (--disable_tta) [{method}]")
+        summaries[method], _ = ws.run_arm(arm, ARM_TRAINERS[arm], seed, budget, device, show=progress_filter(echo))
 
     step(5, "nnunet_dro evaluate by condition and region")
     from nnunet_dro.evaluation.api import evaluate

@@ -151,11 +151,10 @@ class Workspace:
         return (json.loads((folder / "result.json").read_text()),
                 pd.read_csv(folder / "per_case.csv", dtype={"case": str}))
 
-    def run_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
-                show: Callable[[str], None] | None = None) -> tuple[dict, pd.DataFrame]:
-        """Train, predict and evaluate one arm (or load its stored result)."""
-        if self.finished(arm):
-            return self.load(arm)
+    def train_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
+                  show: Callable[[str], None] | None = None) -> float:
+        """``nnUNetv2_train`` of one arm (resumed with ``--c`` after an interruption, skipped when
+        finished); returns the seconds it took now."""
         fold_dir = self.fold_folder(trainer)
         tic = time.perf_counter()
         if not (fold_dir / "checkpoint_final.pth").is_file():
@@ -165,7 +164,19 @@ class Workspace:
             env = {**self.env, SEED_ENV: str(seed), **budget.env()}
             run_nnunet("nnUNetv2_train", [str(self.dataset_id), CONFIGURATION, FOLD, "-tr", trainer, "-device", device,
                                           *resume], env, echo=show, log_file=self.log_file)
-        train_seconds = time.perf_counter() - tic
+            self.arm_folder(arm).mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.arm_folder(arm) / "train_seconds.txt", f"{time.perf_counter() - tic:.1f}\n")
+        return time.perf_counter() - tic
+
+    def run_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
+                show: Callable[[str], None] | None = None) -> tuple[dict, pd.DataFrame]:
+        """Train, predict and evaluate one arm (or load its stored result)."""
+        if self.finished(arm):
+            return self.load(arm)
+        fold_dir = self.fold_folder(trainer)
+        self.train_arm(arm, trainer, seed, budget, device, show)
+        times_file = self.arm_folder(arm) / "train_seconds.txt"  # the time of the run that trained it
+        train_seconds = float(times_file.read_text()) if times_file.is_file() else float("nan")
         predictions = self.arm_folder(arm) / "predictions"
         self.echo(f"  {arm}: nnUNetv2_predict of {self.cohort.n_test} test cases (--disable_tta)")
         predict(self.env, self.dataset_id, CONFIGURATION, str(self.raw / "imagesTs"), predictions, trainer, [FOLD],

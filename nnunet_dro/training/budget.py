@@ -117,7 +117,8 @@ class nnUNetTrainer_CPUBudget(CPUBudget, nnUNetTrainer):
 # the arms of the robustness benchmark and the demo (imported here, after the CPUBudget mixin)
 from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive  # noqa: E402
 from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTrainerDROAdaptive_f75,  # noqa: E402
-                                          nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_noIS)
+                                          nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_kappa1,
+                                          nnUNetTrainerDROAdaptive_noIS)
 
 
 class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
@@ -144,7 +145,12 @@ class nnUNetTrainerDROAdaptive_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptiv
     pass
 
 
+class nnUNetTrainerDROAdaptive_kappa1_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_kappa1):
+    pass
+
+
 #: every CPU-budget trainer, by name
 BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnUNetTrainerDROAdaptive_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f75_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget")
+                   "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_kappa1_CPUBudget")

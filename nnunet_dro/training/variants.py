@@ -23,6 +23,7 @@ draw, self-normalised):
 | nnUNetTrainerDROAdaptive_f75     | 0.75                                      | on                  |
 | nnUNetTrainerDROAdaptive_f90     | 0.9 (mildest)                             | on                  |
 | nnUNetTrainerDROAdaptive_noIS    | 0.5                                       | off                 |
+| nnUNetTrainerDROAdaptive_kappa1  | the paper's rule of thumb instead: beta = 1 / std(L), <= 100 | on        |
 
 Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's
 arguments by name for checkpoints, so subclasses must not define ``__init__(*args, **kwargs)``.
@@ -82,3 +83,10 @@ class nnUNetTrainerDROAdaptive_f90(nnUNetTrainerDROAdaptive):
 
 class nnUNetTrainerDROAdaptive_noIS(nnUNetTrainerDROAdaptive):
     dro_importance_sampling = False
+
+
+class nnUNetTrainerDROAdaptive_kappa1(nnUNetTrainerDROAdaptive):
+    """The paper's rule of thumb (beta of the order of 1 / std of the stale losses) as the scale-free
+    rule: ``beta_t = 1 / std(L)``, capped at 100; the comparison arm for the perplexity rule."""
+    dro_beta_rule = "spread"
+    dro_kappa = 1.0

@@ -118,7 +118,7 @@ class nnUNetTrainer_CPUBudget(CPUBudget, nnUNetTrainer):
 from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive  # noqa: E402
 from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTrainerDROAdaptive_f75,  # noqa: E402
                                           nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_kappa1,
-                                          nnUNetTrainerDROAdaptive_noIS)
+                                          nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50)
 
 
 class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
@@ -149,8 +149,12 @@ class nnUNetTrainerDROAdaptive_kappa1_CPUBudget(CPUBudget, nnUNetTrainerDROAdapt
     pass
 
 
+class nnUNetTrainerDROAdaptive_warm50_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_warm50):
+    pass
+
+
 #: every CPU-budget trainer, by name
 BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnUNetTrainerDROAdaptive_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f75_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_kappa1_CPUBudget")
+                   "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget")

@@ -209,6 +209,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     - ``dro_importance_sampling``, ``dro_clip``, ``dro_is_first_draw_one``, ``dro_is_self_normalise``:
       the importance weights (:class:`~nnunet_dro.weighting.ImportanceWeights`).
     - ``dro_warmup``: a uniform pass that gives every case a fresh loss first.
+    - ``dro_uniform_until`` (adaptive scheme): uniform sampling (ERM) for this fraction of the
+      epochs, robust weighting afterwards; the stale losses are refreshed throughout.
     - ``dro_loss_smoothing``: ``L_i <- L_i + s (l_i - L_i)``; 1 replaces (the paper).
     - ``dro_init_loss``: ``L_init`` (None: 100, above any per-case Dice + CE of nnU-Net, so every
       case is drawn once before hardness takes over).
@@ -222,6 +224,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     dro_beta_max: float = 100.0
     dro_beta_rule: str = "perplexity"
     dro_kappa: float = 1.0
+    dro_uniform_until: float = 0.0
     dro_warmup: bool = False
     dro_importance_sampling: bool = True
     dro_clip: Tuple[float, float] = (0.1, 10.0)
@@ -278,7 +281,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             return Chi2HardnessWeighting(num_cases, beta=self.dro_beta, **common)
         if scheme == "kl_adaptive":
             return AdaptiveHardnessWeighting(num_cases, fraction=self.dro_fraction, beta_max=self.dro_beta_max,
-                                             rule=self.dro_beta_rule, kappa=self.dro_kappa, **common)
+                                             rule=self.dro_beta_rule, kappa=self.dro_kappa,
+                                             uniform_until=self.dro_uniform_until, **common)
         return KLReweighting(num_cases, schedule=self.reweight_schedule, momentum=self.reweight_momentum,
                              clip=self.reweight_clip, seed=seed)
 

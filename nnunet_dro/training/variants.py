@@ -23,6 +23,7 @@ draw, self-normalised):
 | nnUNetTrainerDROAdaptive_f75     | 0.75                                      | on                  |
 | nnUNetTrainerDROAdaptive_f90     | 0.9 (mildest)                             | on                  |
 | nnUNetTrainerDROAdaptive_noIS    | 0.5                                       | off                 |
+| nnUNetTrainerDROAdaptive_warm50  | 0.5 after uniform sampling (ERM) for the first half of the epochs | on |
 | nnUNetTrainerDROAdaptive_kappa1  | the paper's rule of thumb instead: beta = 1 / std(L), <= 100 | on        |
 
 Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's
@@ -90,3 +91,9 @@ class nnUNetTrainerDROAdaptive_kappa1(nnUNetTrainerDROAdaptive):
     rule: ``beta_t = 1 / std(L)``, capped at 100; the comparison arm for the perplexity rule."""
     dro_beta_rule = "spread"
     dro_kappa = 1.0
+
+
+class nnUNetTrainerDROAdaptive_warm50(nnUNetTrainerDROAdaptive):
+    """ERM (uniform sampling, stale losses refreshed) for the first half of the epochs, then
+    scale-free DRO with f = 0.5."""
+    dro_uniform_until = 0.5

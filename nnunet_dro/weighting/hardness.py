@@ -189,6 +189,12 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
 
     Importance weights use the beta each case was drawn with (``draw_beta``).
 
+    ``uniform_until`` (a fraction of training, via :meth:`set_progress`): before it, the constraint
+    is ``fraction = 1`` (uniform sampling, weights 1: ERM, while the stale losses keep being
+    refreshed); from it on, ``fraction``. Robust weighting then starts from a network that has
+    learned the common anatomy, instead of steering the first iterations towards the hardest
+    cases, which delays learning small structures at all.
+
     >>> w = AdaptiveHardnessWeighting(8, fraction=0.5, init_loss=np.linspace(0.1, 0.8, 8))
     >>> round(float(np.exp(w.epoch_stats()["entropy"])) / 8, 6)
     0.5
@@ -202,22 +208,38 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
                  init_loss: float | ArrayLike = 100.0, importance: ImportanceWeights = ImportanceWeights(),
                  seed: int | None = None, shared: bool = False, warmup: bool = False,
                  loss_smoothing: float = 1.0, rule: str = "perplexity", kappa: float = 1.0,
-                 adapt_every: int | None = None):
+                 adapt_every: int | None = None, uniform_until: float = 0.0):
         if rule not in self.RULES:
             raise ValueError(f"rule must be one of {self.RULES}, got {rule!r}")
         if not (0.0 < fraction <= 1.0):
             raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
         if not (math.isfinite(beta_max) and beta_max > 0):
             raise ValueError(f"beta_max must be a finite positive number, got {beta_max}")
+        if not (0.0 <= uniform_until <= 1.0):
+            raise ValueError(f"uniform_until must lie in [0, 1], got {uniform_until}")
         self.fraction, self.beta_max, self.rule, self.kappa = float(fraction), float(beta_max), rule, float(kappa)
+        self.uniform_until = float(uniform_until)
         self.adapt_every = max(1, int(num_cases) // 256) if adapt_every is None else max(1, int(adapt_every))
         self._updates_since_solve = 0
         super().__init__(num_cases, beta=beta_max, init_loss=init_loss, importance=importance, seed=seed,
                          shared=shared, warmup=warmup, loss_smoothing=loss_smoothing)
         self.resolve_beta()
 
+    @property
+    def in_uniform_phase(self) -> bool:
+        """True while training progress is below ``uniform_until`` (ERM phase)."""
+        return self.progress < self.uniform_until
+
+    def set_progress(self, fraction: float) -> None:
+        was_uniform = self.in_uniform_phase
+        super().set_progress(fraction)
+        if was_uniform != self.in_uniform_phase:
+            self.resolve_beta()
+
     def solve_beta(self, losses: ArrayLike) -> float:
         """The beta of the rule for these stale losses (never 0: a tiny beta is uniform anyway)."""
+        if self.in_uniform_phase:
+            return 1e-12
         if self.rule == "spread":
             beta = beta_from_spread(losses, self.kappa, self.beta_max)
         else:
@@ -238,8 +260,11 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
 
     def describe(self) -> str:
         rule = (f"perplexity >= {self.fraction:g} n" if self.rule == "perplexity" else f"beta = {self.kappa:g} / std(L)")
-        return "scale-free " + super().describe() + f"; beta re-solved every {self.adapt_every} update(s) ({rule}, " \
+        text = "scale-free " + super().describe() + f"; beta re-solved every {self.adapt_every} update(s) ({rule}, " \
                                                     f"beta <= {self.beta_max:g})"
+        if self.uniform_until > 0:
+            text += f"; uniform sampling (ERM) for the first {100 * self.uniform_until:g}% of training"
+        return text
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "adaptive_beta": self.current_beta,

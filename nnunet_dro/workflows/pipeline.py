@@ -51,6 +51,7 @@ ARM_TRAINERS = {
     "Adaptive_f90": "nnUNetTrainerDROAdaptive_f90_CPUBudget",
     "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "Adaptive_kappa1": "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
+    "Adaptive_warm50": "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
 }
 
 

@@ -615,3 +615,29 @@ def test_hardness_weighting_state_round_trip():
         np.testing.assert_array_equal(other.draw_counts, w.draw_counts)
         assert other.weight_scale == w.weight_scale != 1.0
         np.testing.assert_array_equal(other.sample(8), w.sample(8))
+
+
+def test_adaptive_uniform_phase_is_erm_then_the_constraint_takes_over():
+    """``uniform_until``: uniform draws and unit weights before it (stale losses still refreshed),
+    the perplexity constraint from it on, and back if progress is set back (a resumed run)."""
+    losses = np.linspace(0.1, 0.9, 10)
+    with AdaptiveHardnessWeighting(10, fraction=0.5, init_loss=losses, uniform_until=0.5, seed=0,
+                                   importance=ImportanceWeights(self_normalise=True)) as w:
+        assert w.in_uniform_phase and w.current_beta == pytest.approx(1e-12)
+        np.testing.assert_allclose(w.probabilities(), np.full(10, 0.1), rtol=1e-9)
+        idx, beta = w.sample_with_beta(4)
+        np.testing.assert_allclose(w.weights(idx, losses[idx] + 0.5, beta), 1.0, rtol=1e-9)
+        w.update([0], [2.0], beta)
+        assert w.losses[0] == 2.0 and w.current_beta == pytest.approx(1e-12)
+        w.set_progress(0.5)
+        assert not w.in_uniform_phase and w.current_beta > 1.0
+        p = w.probabilities()
+        assert np.exp(-(p * np.log(p)).sum()) == pytest.approx(5.0, rel=1e-6)
+        w.set_progress(0.2)
+        assert w.current_beta == pytest.approx(1e-12)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5])
+def test_adaptive_uniform_until_is_a_fraction(bad):
+    with pytest.raises(ValueError, match="uniform_until"):
+        AdaptiveHardnessWeighting(4, uniform_until=bad)

@@ -205,7 +205,8 @@ def test_seeded_budget_trainers_start_from_the_same_weights(tmp_path):
         weights, seeds, widths = [], [], []
         for cls in (nnUNetTrainer_CPUBudget, nnUNetTrainerDROAdaptive_CPUBudget):
             # nnU-Net 2.8's run_training sets this key before building a trainer
-            trainer = cls({{**plans, 'continue_training': False}}, '3d_fullres', 0, dataset, device=torch.device('cpu'))
+            trainer = cls({{**plans, 'continue_training': False}}, '3d_fullres', 'all', dataset,
+                          device=torch.device('cpu'))
             trainer.initialize()
             weights.append(torch.cat([p.detach().flatten() for p in trainer.network.parameters()]))
             widths.append(trainer.network.encoder.stages[0][0].convs[0].conv.out_channels)

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from scipy import stats
 
 from nnunet_dro.sampling import HardnessWeightedSampler, kl_dro_objective, kl_dro_probabilities
+from sampling_helpers import chi_square_pvalue
 
 
 def reference_softmax(losses, beta):
@@ -17,16 +17,6 @@ def reference_softmax(losses, beta):
     x = beta * np.asarray(losses, dtype=np.float64)
     e = np.exp(x - x.max())
     return e / e.sum()
-
-
-def chi_square_pvalue(observed, expected):
-    """Pearson chi-square p-value; cells expecting fewer than 5 draws are pooled into one."""
-    keep = expected >= 5
-    obs, exp = list(observed[keep]), list(expected[keep])
-    if (~keep).any():
-        obs.append(observed[~keep].sum())
-        exp.append(expected[~keep].sum())
-    return stats.chisquare(obs, exp).pvalue
 
 
 loss_vectors = arrays(np.float64, st.integers(1, 60),

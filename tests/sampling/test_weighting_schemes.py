@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from scipy import stats
 
 from nnunet_dro.sampling import HardnessWeightedSampler
 from nnunet_dro.sampling.reweighting import KLReweighter
 from nnunet_dro.sampling.temperature import solve_beta_for_perplexity
 from nnunet_dro.weighting import (AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting,
                                   ImportanceWeights, KLReweighting)
+from sampling_helpers import chi_square_pvalue
 
 CLIP = (0.1, 10.0)
 
@@ -27,16 +27,6 @@ def perplexity_of(p):
     p = np.asarray(p, dtype=np.float64)
     nz = p > 0
     return float(np.exp(-(p[nz] * np.log(p[nz])).sum()))
-
-
-def chi_square_pvalue(observed, expected):
-    """Pearson chi-square p-value; cells expecting fewer than 5 draws are pooled into one."""
-    keep = expected >= 5
-    obs, exp = list(observed[keep]), list(expected[keep])
-    if (~keep).any():
-        obs.append(observed[~keep].sum())
-        exp.append(expected[~keep].sum())
-    return stats.chisquare(obs, exp).pvalue
 
 
 def snapshot(scheme):

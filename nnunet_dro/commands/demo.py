@@ -6,9 +6,10 @@ import argparse
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="the whole pipeline on a small synthetic cohort, on CPU (about 15-25 minutes)",
+        "demo", help="the whole pipeline on a small synthetic cohort, on CPU (about 40 minutes)",
         description="Make a synthetic fetal-brain-like cohort with hidden stratification, plan and preprocess "
-                    "it, train nnU-Net's ERM trainer and the recommended robust trainer (nnUNetTrainerDROAdaptive) "
+                    "it, train nnU-Net's ERM trainer and nnUNetTrainerDROAdaptive_warm50 (ERM for half the epochs, then "
+                    "scale-free DRO) "
                     "with the same CPU budget (a quarter of nnU-Net's features per stage, 120 epochs x 25 "
                     "iterations) from the same initial weights, predict the test cases and print the stratified "
                     "table (ERM vs DRO per condition and region). Everything is written to OUT (its own "

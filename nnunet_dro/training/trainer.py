@@ -507,7 +507,8 @@ class nnUNetTrainerDRO(nnUNetTrainerCaseWeighting):
 
 
 class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
-    """Scale-free hardness weighted sampling, the recommended robust trainer.
+    """Scale-free hardness weighted sampling (see README "Evidence": on our CPU benchmark it has
+    not yet beaten ERM on the worst cases; benchmark it on your data before relying on it).
 
     ``beta_t`` is re-solved from the stale losses so that ``softmax(beta_t L)`` stays spread over
     at least ``dro_fraction`` (here half) of the training cases (perplexity ``exp(H(p)) >= f n``,

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nnunet_dro.sampling.distributions import (chi2_dro_probabilities, effective_sample_size, entropy,
+from nnunet_dro.sampling.distributions import (chi2_dro_probabilities, effective_sample_size, entropy, hardest,
                                                kl_dro_probabilities)
 from nnunet_dro.sampling.storage import (BETA, CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, WARMUP,
                                          SamplerStorage)
@@ -372,16 +372,12 @@ class HardnessWeightedSampler:
         O(n) vectorised: fine once per epoch even for millions of volumes.
         """
         p = self.probabilities()
-        losses = np.array(self.losses)
-        k = min(int(k), self.num_samples)
-        top = np.argpartition(-losses, k - 1)[:k] if k > 0 else np.array([], dtype=np.int64)
-        top = top[np.argsort(-losses[top], kind="stable")]
         return {
             "entropy": entropy(p),
             "max_entropy": math.log(self.num_samples),
             "effective_sample_size": effective_sample_size(p),
             "max_probability": float(p.max()),
-            "hardest": [(int(i), float(losses[i])) for i in top],
+            "hardest": hardest(self.losses, k),
             "num_skipped": self.num_skipped,
         }
 
@@ -483,16 +479,21 @@ class HardnessWeightedSampler:
                 f"divergence={self.divergence!r}, shared={self.shared})")
 
     def _check_batch(self, indices: ArrayLike, losses: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-        idx = np.asarray(indices).reshape(-1)
-        fresh = np.asarray(losses, dtype=np.float64).reshape(-1)
-        if idx.shape != fresh.shape:
-            raise ValueError(f"{idx.size} indices but {fresh.size} losses")
-        if idx.size == 0:
-            return idx.astype(np.int64), fresh
-        if idx.dtype.kind not in "iu":
-            raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
-        as_list = idx.tolist()  # builtin min/max: faster than numpy's for a handful of values
-        if min(as_list) < 0 or max(as_list) >= self.num_samples:
-            raise IndexError(f"indices must lie in [0, {self.num_samples}), got "
-                             f"[{min(as_list)}, {max(as_list)}]")
-        return idx.astype(np.int64, copy=False), fresh
+        return check_batch(indices, losses, self.num_samples)
+
+
+def check_batch(indices: ArrayLike, losses: ArrayLike, num_samples: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Validated ``(indices, losses)``: int64 / float64 vectors of equal length, indices in
+    ``[0, num_samples)``. Shared by the sampler and the case-weighting schemes."""
+    idx = np.asarray(indices).reshape(-1)
+    fresh = np.asarray(losses, dtype=np.float64).reshape(-1)
+    if idx.shape != fresh.shape:
+        raise ValueError(f"{idx.size} indices but {fresh.size} losses")
+    if idx.size == 0:
+        return idx.astype(np.int64), fresh
+    if idx.dtype.kind not in "iu":
+        raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
+    as_list = idx.tolist()  # builtin min/max: faster than numpy's for a handful of values
+    if min(as_list) < 0 or max(as_list) >= num_samples:
+        raise IndexError(f"indices must lie in [0, {num_samples}), got [{min(as_list)}, {max(as_list)}]")
+    return idx.astype(np.int64, copy=False), fresh

@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from nnunet_dro.sampling.distributions import effective_sample_size, entropy, hardest
+from nnunet_dro.sampling.hardness import check_batch  # noqa: F401  (the schemes validate batches with it)
+
 
 @dataclass(frozen=True)
 class ImportanceWeights:
@@ -156,14 +159,9 @@ class CaseWeighting(ABC):
         ``entropy, max_entropy, perplexity_fraction, effective_sample_size, ess_fraction,
         max_probability, beta, clipped_fraction, mean_raw_weight, max_raw_weight, num_weights,
         robust_loss, mean_stale_loss, num_skipped, hardest`` (``hardest``: ``(index, loss)``)."""
-        from nnunet_dro.sampling.distributions import effective_sample_size, entropy
-
         p = self.probabilities()
         losses = np.array(self.losses)
         n = self.num_cases
-        k = min(int(k), n)
-        top = np.argpartition(-losses, k - 1)[:k] if k > 0 else np.array([], dtype=np.int64)
-        top = top[np.argsort(-losses[top], kind="stable")]
         h = entropy(p)
         ess = effective_sample_size(p)
         stats = {
@@ -171,7 +169,7 @@ class CaseWeighting(ABC):
             "effective_sample_size": ess, "ess_fraction": ess / n, "max_probability": float(p.max()),
             "beta": self.current_beta, "robust_loss": self.robust_loss(),
             "mean_stale_loss": float(np.mean(losses)), "num_skipped": self.num_skipped,
-            "hardest": [(int(i), float(losses[i])) for i in top],
+            "hardest": hardest(losses, k),
             **self.counters.summary(),
         }
         self.counters = EpochCounters()
@@ -211,20 +209,6 @@ class CaseWeighting(ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def check_batch(indices: ArrayLike, losses: ArrayLike, num_cases: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """Validated ``(indices, losses)`` as int64 / float64 vectors of the same length."""
-    idx = np.asarray(indices).reshape(-1)
-    fresh = np.asarray(losses, dtype=np.float64).reshape(-1)
-    if idx.shape != fresh.shape:
-        raise ValueError(f"{idx.size} indices but {fresh.size} losses")
-    if idx.size and idx.dtype.kind not in "iu":
-        raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
-    idx = idx.astype(np.int64, copy=False)
-    if idx.size and (idx.min() < 0 or idx.max() >= num_cases):
-        raise IndexError(f"indices must lie in [0, {num_cases}), got [{idx.min()}, {idx.max()}]")
-    return idx, fresh
 
 
 def draw_betas(draw_beta: ArrayLike | None, size: int, default: float) -> NDArray[np.float64]:

@@ -19,12 +19,15 @@ from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTra
                                           nnUNetTrainerDRO_SGDnoMomentum, nnUNetTrainerDROAdaptive_f25,
                                           nnUNetTrainerDROAdaptive_f50, nnUNetTrainerDROAdaptive_f75,
                                           nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_kappa1,
-                                          nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50)
+                                          nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50,
+                                          nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS)
 from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
                                         nnUNetTrainerDROAdaptive_CPUBudget, nnUNetTrainerDROAdaptive_f25_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f75_CPUBudget, nnUNetTrainerDROAdaptive_f90_CPUBudget,
                                         nnUNetTrainerDROAdaptive_kappa1_CPUBudget, nnUNetTrainerDROAdaptive_noIS_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_warm50_CPUBudget)
+                                        nnUNetTrainerDROAdaptive_warm50_CPUBudget,
+                                        nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget,
+                                        nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget)
 
 __all__ = [
     "DRO_STATE_KEY",
@@ -35,6 +38,8 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_f75",
     "nnUNetTrainerDROAdaptive_f90",
     "nnUNetTrainerDROAdaptive_noIS",
+    "nnUNetTrainerDROAdaptive_f75_noIS",
+    "nnUNetTrainerDROAdaptive_f90_noIS",
     "nnUNetTrainerDROAdaptive_kappa1",
     "nnUNetTrainerDROAdaptive_warm50",
     "nnUNetTrainer_CPUBudget",
@@ -44,6 +49,8 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_f75_CPUBudget",
     "nnUNetTrainerDROAdaptive_f90_CPUBudget",
     "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
+    "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
+    "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
     "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
     "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
     "nnUNetTrainerConfigurableSGD",

@@ -118,7 +118,8 @@ class nnUNetTrainer_CPUBudget(CPUBudget, nnUNetTrainer):
 from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive  # noqa: E402
 from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTrainerDROAdaptive_f75,  # noqa: E402
                                           nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_kappa1,
-                                          nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50)
+                                          nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50,
+                                          nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS)
 
 
 class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
@@ -145,6 +146,14 @@ class nnUNetTrainerDROAdaptive_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptiv
     pass
 
 
+class nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f75_noIS):
+    pass
+
+
+class nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f90_noIS):
+    pass
+
+
 class nnUNetTrainerDROAdaptive_kappa1_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_kappa1):
     pass
 
@@ -157,4 +166,5 @@ class nnUNetTrainerDROAdaptive_warm50_CPUBudget(CPUBudget, nnUNetTrainerDROAdapt
 BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnUNetTrainerDROAdaptive_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f75_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget")
+                   "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget")

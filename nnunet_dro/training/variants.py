@@ -23,6 +23,8 @@ draw, self-normalised):
 | nnUNetTrainerDROAdaptive_f75     | 0.75                                      | on                  |
 | nnUNetTrainerDROAdaptive_f90     | 0.9 (mildest)                             | on                  |
 | nnUNetTrainerDROAdaptive_noIS    | 0.5                                       | off                 |
+| nnUNetTrainerDROAdaptive_f75_noIS | 0.75                                     | off                 |
+| nnUNetTrainerDROAdaptive_f90_noIS | 0.9                                      | off                 |
 | nnUNetTrainerDROAdaptive_warm50  | 0.5 after uniform sampling (ERM) for the first half of the epochs | on |
 | nnUNetTrainerDROAdaptive_kappa1  | the paper's rule of thumb instead: beta = 1 / std(L), <= 100 | on        |
 
@@ -84,6 +86,14 @@ class nnUNetTrainerDROAdaptive_f90(nnUNetTrainerDROAdaptive):
 
 class nnUNetTrainerDROAdaptive_noIS(nnUNetTrainerDROAdaptive):
     dro_importance_sampling = False
+
+
+class nnUNetTrainerDROAdaptive_f75_noIS(nnUNetTrainerDROAdaptive_noIS):
+    dro_fraction = 0.75
+
+
+class nnUNetTrainerDROAdaptive_f90_noIS(nnUNetTrainerDROAdaptive_noIS):
+    dro_fraction = 0.9
 
 
 class nnUNetTrainerDROAdaptive_kappa1(nnUNetTrainerDROAdaptive):

@@ -50,6 +50,8 @@ ARM_TRAINERS = {
     "Adaptive_f75": "nnUNetTrainerDROAdaptive_f75_CPUBudget",
     "Adaptive_f90": "nnUNetTrainerDROAdaptive_f90_CPUBudget",
     "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
+    "Adaptive_f75_noIS": "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
+    "Adaptive_f90_noIS": "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
     "Adaptive_kappa1": "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
     "Adaptive_warm50": "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
 }

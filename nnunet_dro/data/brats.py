@@ -29,8 +29,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from nnunet_dro.data.raw_dataset import (TEST, TRAIN, check_label_values, raw_dataset_output,
-                                         read_image_info, read_label_array)
+from nnunet_dro.data.raw_dataset import (TEST, TRAIN, check_complete_files, check_label_values,
+                                         raw_dataset_output, read_image_info, read_label_array)
 from nnunet_dro.data.splits import choose_test_cases
 from nnunet_dro.errors import UserError
 
@@ -216,6 +216,12 @@ def convert_brats19(input_dir: Path, dataset_id: int, name: str = "BraTS2019",
             mismatch = reference.same_grid(read_image_info(path))
             if mismatch:
                 raise UserError(f"{path}: {mismatch}")
+    # Then every byte, still before writing: SimpleITK would zero-fill a truncated file.
+    check_complete_files([p for case in cases for p in case.images + ((case.label,) if case.label else ())],
+                         progress)
+    for case in cases:
+        if case.label is not None:
+            check_label_values(case.label, read_label_array(case.label)[1], BRATS_LEGACY_LABELS)
 
     with raw_dataset_output(dataset_id, name, num_channels=4, overwrite=overwrite) as writer:
         for number, (case, split) in enumerate(zip(cases, table["split"]), start=1):

@@ -27,8 +27,9 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from nnunet_dro.data.raw_dataset import (TEST, TRAIN, check_label_values, label_image_like,
-                                         raw_dataset_output, read_image_info, read_label_array)
+from nnunet_dro.data.raw_dataset import (TEST, TRAIN, check_complete_files, check_label_values,
+                                         label_image_like, raw_dataset_output, read_image_info,
+                                         read_label_array)
 from nnunet_dro.data.splits import choose_test_cases
 from nnunet_dro.data.subgroups import read_subgroups
 from nnunet_dro.errors import UserError
@@ -218,9 +219,10 @@ def convert_feta(input_dir: Path, dataset_id: int, name: str = "FeTA",
                  progress: Callable[[str], None] = lambda message: None) -> Path:
     """Convert a FeTA BIDS folder to ``$nnUNet_raw/DatasetXXX_<name>``; return that folder.
 
-    Everything is validated (participants.tsv rows, files, shapes and geometry, label values)
-    before or while writing; any problem is a UserError naming the file, and the dataset folder
-    only appears when every case was written.
+    Everything is validated before anything is written: participants.tsv rows, files, shapes
+    and geometry, every file read to its end (a truncated download is an error, not zero-filled
+    voxels) and label values. Any problem is a one-line UserError naming the file, and the
+    dataset folder only appears when every case was written.
 
     Example (shell): ``nnunet_dro convert-feta feta_2.1 -d 201 --three-regions``.
     """
@@ -249,6 +251,10 @@ def convert_feta(input_dir: Path, dataset_id: int, name: str = "FeTA",
             progress(f"note: {subject.label.name}: {placement}; the label takes the image's "
                      f"geometry")
         grids[subject.participant_id] = image_info
+    # Then every byte, still before writing: SimpleITK would zero-fill a truncated file.
+    check_complete_files([p for subject in subjects for p in (subject.image, subject.label)], progress)
+    for subject in subjects:
+        check_label_values(subject.label, read_label_array(subject.label)[1], FETA_LABELS.values())
 
     labels = THREE_REGION_LABELS if three_regions else FETA_LABELS
     with raw_dataset_output(dataset_id, name, num_channels=1, overwrite=overwrite) as writer:

@@ -20,13 +20,14 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import SimpleITK as sitk
 
 from nnunet_dro.atomic import atomic_path
+from nnunet_dro.data.nifti import check_complete_nifti, is_nifti
 from nnunet_dro.errors import UserError
 
 FILE_ENDING = ".nii.gz"
@@ -107,7 +108,9 @@ def read_image_info(path: str | os.PathLike) -> ImageInfo:
     try:
         reader.ReadImageInformation()
     except RuntimeError as e:
-        raise UserError(f"{path}: cannot read image ({_first_line(e)})") from None
+        if is_nifti(path):
+            check_complete_nifti(path)  # a clearer reason for a truncated or corrupt file
+        raise UserError(f"{path}: cannot read image ({sitk_reason(e)})") from None
     if reader.GetDimension() != 3:
         raise UserError(f"{path}: expected a 3D image, found {reader.GetDimension()}D")
     return ImageInfo(path, tuple(reader.GetSize()), tuple(reader.GetSpacing()),
@@ -116,11 +119,31 @@ def read_image_info(path: str | os.PathLike) -> ImageInfo:
 
 
 def read_image(path: str | os.PathLike) -> sitk.Image:
-    """Read an image with SimpleITK; UserError naming the file if it is unreadable."""
+    """Read an image with SimpleITK; UserError naming the file if it is unreadable.
+
+    SimpleITK does not notice a truncated NIfTI file (it fills the missing voxels with zeros):
+    check such files with :func:`check_complete_files` first.
+    """
     try:
         return sitk.ReadImage(str(path))
     except RuntimeError as e:
-        raise UserError(f"{path}: cannot read image ({_first_line(e)})") from None
+        if is_nifti(path):
+            check_complete_nifti(path)
+        raise UserError(f"{path}: cannot read image ({sitk_reason(e)})") from None
+
+
+def check_complete_files(paths: Sequence[str | os.PathLike],
+                         progress: Callable[[str], None] = lambda message: None) -> None:
+    """Read every NIfTI file in ``paths`` to its end and compare its size with its header.
+
+    The converters call this before writing anything: a truncated or corrupt file (an
+    interrupted download) is a UserError naming it, not a dataset with zero-filled voxels.
+    """
+    paths = [Path(p) for p in paths if is_nifti(p)]
+    for number, path in enumerate(paths, start=1):
+        if number == 1 or number % 50 == 0 or number == len(paths):
+            progress(f"checking that every file is complete: {number}/{len(paths)}")
+        check_complete_nifti(path)
 
 
 def read_label_array(path: str | os.PathLike) -> tuple[sitk.Image, np.ndarray]:
@@ -210,7 +233,7 @@ class RawDatasetWriter:
     def copy_image(self, case: str, channel: int, source: Path, split: str) -> Path:
         """Copy a NIfTI file byte for byte when it is already ``.nii.gz``; re-encode otherwise."""
         path = self.image_path(case, channel, split)
-        if str(source).endswith(FILE_ENDING):
+        if str(source).endswith(FILE_ENDING) and _is_gzip(source):
             shutil.copyfile(source, path)
         else:
             sitk.WriteImage(read_image(source), str(path), useCompression=True)
@@ -273,8 +296,26 @@ def raw_dataset_output(dataset_id: int, name: str, num_channels: int,
         yield RawDatasetWriter(tmp, num_channels, target=target)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    # SimpleITK errors start with a source location; the last informative line is the reason.
-    return lines[-1] if lines else type(error).__name__
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def sitk_reason(error: BaseException) -> str:
+    """The reason in a SimpleITK error, on one line.
+
+    SimpleITK's messages start with a source location (``Exception thrown in SimpleITK
+    ImageFileReader_Execute: /path/file.cxx:99:``); the reason is the ``ERROR:`` line and any
+    lines after it.
+
+    >>> sitk_reason(RuntimeError("Exception thrown in SimpleITK ReadImage: /src/x.cxx:99:\\n"
+    ...                          "sitk::ERROR: Unable to determine ImageIO reader for 'a.nii'"))
+    "Unable to determine ImageIO reader for 'a.nii'"
+    """
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if "ERROR:" in line:
+            first = line.split("ERROR:", 1)[1].strip()
+            return " ".join([first] + lines[index + 1:]) or type(error).__name__
+    informative = [line for line in lines if not line.startswith("Exception thrown in SimpleITK")]
+    return " ".join(informative or lines) or type(error).__name__

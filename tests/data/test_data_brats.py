@@ -13,6 +13,7 @@ from nnunet_dro.data.brats import (MODALITIES, convert_brats19, institution_from
                                    legacy_to_nnunet)
 from nnunet_dro.errors import UserError
 
+from converter_cli import listing, raw_with_other_dataset, run_converter, truncate
 from data_raw_checks import assert_valid_raw_dataset
 
 SHAPE = (5, 6, 7)
@@ -178,3 +179,26 @@ def test_brats_validation_set_goes_to_images_ts_without_labels(tmp_path, raw):
     assert pd.isna(table.loc["BraTS19_CBICA_AAM_1", "grade"])
     with pytest.raises(UserError, match="also training cases"):
         convert_brats19(root, 224, validation_dir=root / "HGG")
+
+
+@pytest.mark.parametrize("kind", ["flair image", "seg label", "plain .nii t1ce image"])
+def test_brats_cli_truncated_file_is_one_line_exit_2_and_nothing_written(tmp_path, kind):
+    """An interrupted download: images are copied byte for byte and labels read with SimpleITK,
+    which zero-fills; the converter reads every file to its end before writing."""
+    root = make_brats_tree(tmp_path)
+    folder = root / "LGG" / "BraTS19_TCIA10_103_1"
+    name = {"flair image": "flair", "seg label": "seg", "plain .nii t1ce image": "t1ce"}[kind]
+    path = folder / f"BraTS19_TCIA10_103_1_{name}.nii.gz"
+    if kind.startswith("plain"):
+        sitk.WriteImage(sitk.ReadImage(str(path)), str(path)[: -len(".gz")])
+        path.unlink()
+        path = path.with_suffix("")
+    truncate(path)
+    raw, before = raw_with_other_dataset(tmp_path)
+    done = run_converter("convert-brats19", root, "-d", "225", "--test-fraction", "0.3", raw=raw)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert line.splitlines() == [line], done.stderr  # one line, no traceback
+    assert line.startswith(f"nnunet_dro convert-brats19: error: {path}: truncated file: "), line
+    assert "bytes its header promises" in line and "the download or copy is incomplete" in line
+    assert listing(raw) == before

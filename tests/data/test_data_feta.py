@@ -15,6 +15,7 @@ from nnunet_dro.data.feta import (THREE_REGION_MAP, convert_feta, normalise_cond
                                   parse_gestational_age)
 from nnunet_dro.errors import UserError
 
+from converter_cli import listing, raw_with_other_dataset, run_converter, truncate
 from data_raw_checks import assert_valid_raw_dataset
 
 SHAPE = (6, 7, 8)  # z, y, x: small and anisotropic so axis mix-ups show
@@ -236,3 +237,24 @@ def test_feta_label_with_other_origin_takes_the_image_geometry(tmp_path, raw):
     assert any(n.startswith("note: sub-003_rec-mial_dseg.nii.gz: origin") for n in notes)
     written = sitk.ReadImage(str(target / "labelsTr" / "sub-003.nii.gz"))
     assert written.GetOrigin() == pytest.approx((-10.0, 5.0, 2.5))
+
+
+@pytest.mark.parametrize("kind", ["image", "label", "plain .nii label"])
+def test_feta_cli_truncated_file_is_one_line_exit_2_and_nothing_written(tmp_path, kind):
+    """SimpleITK zero-fills a truncated file; the converter reads every file to its end first."""
+    root = make_feta_tree(tmp_path / "feta")
+    anat = root / "sub-003" / "anat"
+    if kind == "plain .nii label":
+        gz = next(anat.glob("*_dseg.nii.gz"))
+        sitk.WriteImage(sitk.ReadImage(str(gz)), str(anat / gz.name[: -len(".gz")]))
+        gz.unlink()
+    damaged = truncate(next(anat.glob("*_T2w.nii*" if kind == "image" else "*_dseg.nii*")))
+    raw, before = raw_with_other_dataset(tmp_path)
+    done = run_converter("convert-feta", root, "-d", "210", raw=raw)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr  # one line, no traceback
+    line = done.stderr.strip()
+    assert line.startswith(f"nnunet_dro convert-feta: error: {damaged}: truncated file: "), line
+    # The header was read (the cut is in the voxel data) and the byte count compared with it.
+    assert "bytes its header promises" in line and "the download or copy is incomplete" in line
+    assert listing(raw) == before  # no dataset folder, no hidden temporary folder

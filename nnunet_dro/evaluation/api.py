@@ -14,7 +14,6 @@ Example (Python)::
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 from dataclasses import dataclass, field
@@ -251,25 +250,12 @@ def _read_cases(ref_files, methods, spec: RegionSpec, compute_hd95: bool, num_pr
                 results[task.case] = evaluate_case(task)
                 bar.update()
         else:
-            with _process_context().Pool(workers) as pool:
-                for result in pool.imap_unordered(evaluate_case, tasks, chunksize=1):
-                    results[result.case] = result
-                    bar.update()
+            from nnunet_dro.evaluation.workers import read_cases_in_pool
+
+            results = read_cases_in_pool(tasks, workers, on_result=lambda result: bar.update())
     finally:
         bar.close()
     return results
-
-
-def _process_context():
-    """A fresh-interpreter start method, never plain fork: the parent may run threads (tqdm, ITK's
-    thread pool, torch) that make fork unsafe. ``forkserver`` (POSIX) starts one clean server that
-    has already imported the metrics module and forks workers from it, which is ~2x faster than
-    ``spawn`` (nnU-Net's choice, used where forkserver does not exist)."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["nnunet_dro.evaluation.metrics"])
-        return context
-    return multiprocessing.get_context("spawn")
 
 
 def _resolve_regions(spec: RegionSpec, results: dict[str, CaseResult], methods: list[_Method]) -> list[Region]:

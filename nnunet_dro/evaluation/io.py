@@ -142,6 +142,9 @@ def _read_nifti(path: str) -> tuple[np.ndarray, Geometry]:
     import gzip
 
     import nibabel
+    import nibabel.imageglobals
+
+    from nnunet_dro.data.nifti import check_complete_nifti, nifti_layout, one_line
 
     try:
         with open(path, "rb") as f:
@@ -150,11 +153,15 @@ def _read_nifti(path: str) -> tuple[np.ndarray, Geometry]:
             data = gzip.decompress(data)
         image_class = nibabel.Nifti2Image if data[:4] == (540).to_bytes(4, "little") or \
             data[:4] == (540).to_bytes(4, "big") else nibabel.Nifti1Image
-        image = image_class.from_bytes(data)
+        nifti_layout(data, path)  # not a NIfTI header at all: a clear error, no nibabel log lines
+        with nibabel.imageglobals.LoggingOutputSuppressor():  # one line on the terminal per error
+            image = image_class.from_bytes(data)
         array = np.asanyarray(image.dataobj)
+    except UserError:
+        raise
     except Exception as e:  # gzip, zlib and nibabel raise many types; all mean "not a readable NIfTI"
-        message = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        raise UserError(f"cannot read {path}: {message}") from None
+        check_complete_nifti(path)  # a truncated or corrupt file: says how many bytes are missing
+        raise UserError(f"cannot read {path}: {one_line(e)}") from None
     while array.ndim > 3 and array.shape[-1] == 1:
         array = array[..., 0]
     if array.ndim > 3:

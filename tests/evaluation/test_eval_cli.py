@@ -65,6 +65,11 @@ def _bad_inputs(root, ref, preds):
     for i in range(4):
         data = (preds["ERM"] / f"case_{i:03d}.nii.gz").read_bytes()
         (truncated / f"case_{i:03d}.nii.gz").write_bytes(data[: len(data) // 2])
+    truncated_nii = bad / "truncated_nii"  # plain .nii: nibabel's message was two lines
+    truncated_nii.mkdir(exist_ok=True)
+    for i in range(4):
+        plain = gzip.decompress((preds["ERM"] / f"case_{i:03d}.nii.gz").read_bytes())
+        (truncated_nii / f"case_{i:03d}.nii").write_bytes(plain[:-100])
     not_gzip = bad / "not_gzip"
     not_gzip.mkdir(exist_ok=True)
     for i in range(4):
@@ -93,7 +98,10 @@ def _bad_inputs(root, ref, preds):
         ("empty reference folder", ["-ref", bad / "empty", "-pred", *ok], "contains no segmentation files"),
         ("empty prediction folder", ["-ref", ref, "-pred", f"A={bad / 'empty'}"], "contains no segmentation files"),
         ("corrupt file", ["-ref", ref, "-pred", f"A={corrupt}"], "cannot read"),
-        ("truncated file", ["-ref", ref, "-pred", f"A={truncated}"], "cannot read"),
+        ("truncated file", ["-ref", ref, "-pred", f"A={truncated}"], "truncated file: the gzip stream ends after"),
+        ("truncated plain nii", ["-ref", ref, "-pred", f"A={truncated_nii}"],
+         "truncated file: the file holds 4348 of the 4448 bytes its header promises (352-byte header + 4096 "
+         "voxels of uint8); the download or copy is incomplete"),
         ("gzip of garbage", ["-ref", ref, "-pred", f"A={not_gzip}"], "cannot read"),
         ("shape mismatch", ["-ref", ref, "-pred", f"A={shape}"], "shape mismatch"),
         ("spacing mismatch", ["-ref", ref, "-pred", f"A={spacing}"], "spacing mismatch"),
@@ -112,7 +120,7 @@ def _bad_inputs(root, ref, preds):
 
 
 BAD_INPUT_NAMES = ["missing reference folder", "missing prediction folder", "empty reference folder",
-                   "empty prediction folder", "corrupt file", "truncated file", "gzip of garbage", "shape mismatch",
+                   "empty prediction folder", "corrupt file", "truncated file", "truncated plain nii", "gzip of garbage", "shape mismatch",
                    "spacing mismatch", "unknown label", "label outside preset", "missing prediction",
                    "malformed group table", "duplicate case rows", "unknown group column", "unknown region preset",
                    "bad percentile", "duplicate method"]

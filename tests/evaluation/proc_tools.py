@@ -1,0 +1,131 @@
+"""Watching a real CLI process from a test: its process tree, its semaphores, its stderr.
+
+Everything comes from /proc (Linux), so the tests see what the operating system sees: no hook
+inside the code under test.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from eval_testdata import PYTHON
+
+SHM = Path("/dev/shm")
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # after "pid (comm)": state, ppid
+
+
+def state_of(pid: int) -> str | None:
+    """The process state letter (R, S, Z, ...) or None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and parent_of(int(entry)) == pid:
+            found.append(int(entry))
+    return found
+
+
+def descendants_of(pid: int) -> dict[int, int]:
+    """Every living descendant of ``pid`` -> its depth (1: child, 2: grandchild, ...)."""
+    found, frontier, depth = {}, [pid], 0
+    while frontier:
+        depth += 1
+        frontier = [c for p in frontier for c in children_of(p) if c not in found]
+        found.update({c: depth for c in frontier})
+    return found
+
+
+def ignores_signal(pid: int, signum: int) -> bool:
+    """Whether ``pid`` ignores ``signum`` (the SigIgn mask of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    raise AssertionError(f"no SigIgn line for {pid}")
+
+
+def semaphores_of(pid: int) -> set[str]:
+    """Names of the POSIX named semaphores (``/dev/shm/sem.*``) mapped by ``pid``."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    return {line.split("/dev/shm/", 1)[1].split()[0] for line in maps.splitlines()
+            if "/dev/shm/sem." in line}
+
+
+def wait_until_gone(pids, timeout: float = 10.0) -> list[int]:
+    """Wait for ``pids`` to exit (a zombie counts as gone); return those still alive."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if state_of(p) not in (None, "Z")]
+        time.sleep(0.05)
+    return alive
+
+
+class RunningCli:
+    """``python -m nnunet_dro ARGS`` in its own session, stderr collected while it runs."""
+
+    def __init__(self, *args, env=None):
+        self.process = subprocess.Popen(
+            [str(PYTHON), "-m", "nnunet_dro", *map(str, args)], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=env, start_new_session=True)
+        self._stderr = bytearray()
+        self._stdout = bytearray()
+        self._threads = [threading.Thread(target=self._collect, args=(stream, buffer), daemon=True)
+                         for stream, buffer in ((self.process.stderr, self._stderr),
+                                                (self.process.stdout, self._stdout))]
+        for thread in self._threads:
+            thread.start()
+
+    @staticmethod
+    def _collect(stream, buffer: bytearray) -> None:
+        for chunk in iter(lambda: stream.read1(4096), b""):
+            buffer.extend(chunk)
+
+    @property
+    def stderr(self) -> str:
+        return self._stderr.decode(errors="replace")
+
+    @property
+    def stdout(self) -> str:
+        return self._stdout.decode(errors="replace")
+
+    def wait_for(self, predicate, timeout: float = 60.0, poll: float = 0.02):
+        """Poll ``predicate(self)`` until it returns something truthy; fail if the CLI exits first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate(self)
+            if value:
+                return value
+            if self.process.poll() is not None:
+                raise AssertionError(f"the CLI exited ({self.process.returncode}) first:\n{self.stderr}")
+            time.sleep(poll)
+        raise AssertionError(f"timed out waiting; stderr so far:\n{self.stderr}")
+
+    def finish(self, timeout: float = 60.0) -> int:
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            raise AssertionError(f"the CLI did not exit within {timeout} s:\n{self.stderr}")
+        for thread in self._threads:
+            thread.join(5)
+        return code

@@ -1,0 +1,122 @@
+"""Faults during a real ``nnunet_dro evaluate`` run: a worker killed, Ctrl-C.
+
+The CLI runs in its own session; the test finds its worker processes in /proc (children of its
+forkserver), kills one while the cases are being read, and checks what a user would see: a
+prompt exit with one line, no report, no process and no semaphore left behind.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from eval_testdata import make_cohort
+from proc_tools import SHM, RunningCli, descendants_of, ignores_signal, semaphores_of, wait_until_gone
+
+N_CASES = 240  # about 8 s of reading on 2 busy cores: the faults arrive long before the end
+
+
+@pytest.fixture(scope="module")
+def big_cohort(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    ref, preds = make_cohort(root, n_cases=N_CASES, methods=("A",), shape=(32, 32, 32))
+    return ref, preds["A"]
+
+
+def _env():
+    return dict(os.environ, OMP_NUM_THREADS="1", nnUNet_def_n_proc="2")
+
+
+def _reading_started(cli: RunningCli):
+    """Cases read so far, from the CLI's own progress bar, once at least two are done."""
+    counts = [int(n) for n in re.findall(r"Reading cases:.*?\b(\d+)/%d" % N_CASES, cli.stderr)]
+    return counts and max(counts) >= 2
+
+
+def _workers(cli: RunningCli) -> list[int]:
+    """The pool's workers: the grandchildren of the CLI (children of its forkserver)."""
+    return [pid for pid, depth in descendants_of(cli.process.pid).items() if depth == 2]
+
+
+def _start(ref, pred, out) -> tuple[RunningCli, set[str], dict[int, int]]:
+    cli = RunningCli("evaluate", "-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "2",
+                     "--metrics", "dice", "hd95", env=_env())
+    cli.wait_for(_reading_started)
+    workers = cli.wait_for(lambda c: len(_workers(c)) == 2 and _workers(c))
+    tree = descendants_of(cli.process.pid)
+    semaphores = set().union(*(semaphores_of(p) for p in [cli.process.pid, *tree]))
+    assert semaphores, "expected the pool's queues to hold named semaphores"
+    return cli, semaphores, tree
+
+
+def _previous_report(out: Path) -> bytes:
+    out.mkdir()
+    (out / "summary.csv").write_text("method,group\nprevious,run\n")
+    return (out / "summary.csv").read_bytes()
+
+
+def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, tmp_path):
+    ref, pred = big_cohort
+    out = tmp_path / "report"
+    previous = _previous_report(out)
+    shm_before = {p.name for p in SHM.glob("sem.*")}
+    cli, semaphores, tree = _start(ref, pred, out)
+    victim = _workers(cli)[0]
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    code = cli.finish(timeout=60)
+    seconds = time.monotonic() - killed_at
+    print(f"exit {code} {seconds:.2f} s after SIGKILL of worker {victim}")
+
+    assert code == 2, cli.stderr
+    lines = [line for line in re.split(r"[\r\n]", cli.stderr) if line.strip()
+             and not line.lstrip().startswith("Reading cases")]
+    print(lines)
+    assert len(lines) == 1, cli.stderr  # one line: no traceback, no resource-tracker warning
+    assert re.fullmatch(r"nnunet_dro evaluate: error: a worker process died while (reading case case_\d{3}|"
+                        r"the cases case_\d{3}(, case_\d{3})+ were being read) \(killed by a signal.*", lines[0]), \
+        lines[0]
+    assert seconds < 15, seconds  # the Pool it replaces waited forever
+    assert sorted(p.name for p in out.iterdir()) == ["summary.csv"]  # no partial report, old one intact
+    assert (out / "summary.csv").read_bytes() == previous
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder
+    assert wait_until_gone(tree) == []  # forkserver, workers, resource tracker: all gone
+    leaked = {name for name in semaphores if (SHM / name).exists()}
+    assert not leaked, leaked
+    # Nor anyone's: every sem.* that appeared meanwhile is still in use by a living process (the
+    # machine is shared, so other programs may hold new ones).
+    appeared = {p.name for p in SHM.glob("sem.*")} - shm_before
+    assert not appeared - _semaphores_in_use(), appeared
+
+
+def _semaphores_in_use() -> set[str]:
+    in_use = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            in_use |= semaphores_of(int(entry))
+    return in_use
+
+
+def test_ctrl_c_is_handled_once_by_the_parent(big_cohort, tmp_path):
+    ref, pred = big_cohort
+    out = tmp_path / "report"
+    cli, semaphores, tree = _start(ref, pred, out)
+    # Ctrl-C in a terminal signals the whole process group; only the CLI itself should react.
+    cli.wait_for(lambda c: all(ignores_signal(pid, signal.SIGINT) for pid in _workers(c)), timeout=10)
+    assert not ignores_signal(cli.process.pid, signal.SIGINT)
+    os.killpg(cli.process.pid, signal.SIGINT)
+    interrupted_at = time.monotonic()
+    code = cli.finish(timeout=60)
+    print(f"exit {code} {time.monotonic() - interrupted_at:.2f} s after Ctrl-C")
+    assert code == 130, cli.stderr
+    assert "Traceback" not in cli.stderr and "KeyboardInterrupt" not in cli.stderr, cli.stderr
+    lines = [line for line in re.split(r"[\r\n]", cli.stderr) if line.strip()
+             and not line.lstrip().startswith("Reading cases")]
+    assert lines == ["nnunet_dro evaluate: interrupted"], cli.stderr
+    assert not out.exists()
+    assert wait_until_gone(tree) == []
+    assert not {name for name in semaphores if (SHM / name).exists()}

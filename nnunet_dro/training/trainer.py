@@ -37,29 +37,25 @@ subclasses in their own ``nnUNet_extTrainer`` folder work the same way::
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from copy import deepcopy
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
-from batchgenerators.dataloading.nondet_multi_threaded_augmenter import NonDetMultiThreadedAugmenter
-from batchgenerators.dataloading.single_threaded_augmenter import SingleThreadedAugmenter
 from batchgenerators.utilities.file_and_folder_operations import join
 from torch import autocast, nn
 
-from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
-from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
 from nnunetv2.training.lr_scheduler.polylr import PolyLRScheduler
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
-from nnunetv2.utilities.default_n_proc_DA import get_allowed_n_proc_DA
 from nnunetv2.utilities.helpers import dummy_context
 
 from nnunet_dro.sampling import all_gather_updates
 from nnunet_dro.training.dataloading import nnUNetDataLoaderDRO
 from nnunet_dro.training.hardness_report import (HARDNESS_CSV, PROGRESS_PNG, hardness_table,
                                                  plot_dro_progress, write_hardness_csv)
+from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloaders, checkpoint_contents,
+                                               read_checkpoint, save_checkpoint_atomic)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
 from nnunet_dro.training.stability import pseudo_dice_history, stability_line
 from nnunet_dro.weighting import (AdaptiveHardnessWeighting, CaseWeighting, Chi2HardnessWeighting,
@@ -76,37 +72,6 @@ HISTORY_KEYS = ("epoch", "entropy", "max_entropy", "perplexity_fraction", "effec
                 "robust_loss", "mean_stale_loss", "num_skipped", "hardest")
 #: Case-weighting schemes a trainer can name in ``dro_scheme``.
 SCHEMES = ("kl", "kl_adaptive", "chi2", "kl_reweight")
-
-
-@contextlib.contextmanager
-def _checkpoint_io_hook(extra_entries: Optional[Dict[str, Any]] = None,
-                        captured: Optional[Dict[str, Any]] = None):
-    """Add entries to, or capture, the checkpoint dict nnU-Net saves/loads inside the block.
-
-    nnU-Net builds its checkpoint dict inside ``save_checkpoint`` and reads it inside
-    ``load_checkpoint``. Wrapping ``torch.save``/``torch.load`` for the duration of those calls
-    lets us add ``'dro_state'`` (and read it back) without copying nnU-Net's code and without
-    writing or reading the file twice. Only dicts that look like nnU-Net checkpoints are touched;
-    the originals are restored even on error.
-    """
-    original_save, original_load = torch.save, torch.load
-
-    def save(obj, f, *args, **kwargs):
-        if extra_entries and isinstance(obj, dict) and "network_weights" in obj:
-            obj = {**obj, **extra_entries}
-        return original_save(obj, f, *args, **kwargs)
-
-    def load(*args, **kwargs):
-        obj = original_load(*args, **kwargs)
-        if captured is not None and isinstance(obj, dict) and "network_weights" in obj:
-            captured["checkpoint"] = obj
-        return obj
-
-    torch.save, torch.load = save, load
-    try:
-        yield
-    finally:
-        torch.save, torch.load = original_save, original_load
 
 
 class nnUNetTrainerConfigurableSGD(nnUNetTrainer):
@@ -153,21 +118,33 @@ class nnUNetTrainerPerSampleLoss(nnUNetTrainerConfigurableSGD):
         """What to save under ``'dro_state'`` (None: nothing)."""
         return None
 
-    def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any]) -> None:
-        """Called by :meth:`load_checkpoint` with the checkpoint's ``'dro_state'`` (None if absent)."""
+    def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any],
+                                        source: str) -> None:
+        """Called by :meth:`load_checkpoint` with the checkpoint's ``'dro_state'`` (None if absent) and
+        where it came from (a file name, for messages)."""
 
     def save_checkpoint(self, filename: str) -> None:
-        state = self._extra_checkpoint_state() if self.local_rank == 0 and not self.disable_checkpointing else None
-        with _checkpoint_io_hook(extra_entries={DRO_STATE_KEY: state} if state is not None else None):
-            super().save_checkpoint(filename)
+        """nnU-Net's checkpoint plus ``'dro_state'``, in one atomic write (rank 0 only, as nnU-Net)."""
+        if self.local_rank != 0:
+            return
+        if self.disable_checkpointing:
+            self.print_to_log_file('No checkpoint written, checkpointing is disabled')
+            return
+        checkpoint = checkpoint_contents(self)
+        state = self._extra_checkpoint_state()
+        if state is not None:
+            checkpoint[DRO_STATE_KEY] = state
+        save_checkpoint_atomic(checkpoint, filename)
 
     def load_checkpoint(self, filename_or_checkpoint: Union[dict, str]) -> None:
-        captured: Dict[str, Any] = {}
-        with _checkpoint_io_hook(captured=captured):
-            super().load_checkpoint(filename_or_checkpoint)
+        """nnU-Net's ``load_checkpoint`` (a file name or an already loaded dict), then ``'dro_state'``."""
+        if not self.was_initialized:
+            self.initialize()
         checkpoint = filename_or_checkpoint if isinstance(filename_or_checkpoint, dict) \
-            else captured.get("checkpoint", {})
-        self._restore_extra_checkpoint_state(checkpoint.get(DRO_STATE_KEY), checkpoint)
+            else read_checkpoint(self, filename_or_checkpoint)
+        apply_checkpoint(self, checkpoint)
+        source = "the checkpoint" if isinstance(filename_or_checkpoint, dict) else filename_or_checkpoint
+        self._restore_extra_checkpoint_state(checkpoint.get(DRO_STATE_KEY), checkpoint, source)
 
     def _to_device(self, batch: dict):
         data = batch['data'].to(self.device, non_blocking=True)
@@ -302,56 +279,19 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         (nnU-Net's own loaders when the scheme draws uniformly)."""
         if self.case_weighting.uniform_draws:
             return super().get_dataloaders()
-        if self.dataset_class is None:
-            self.dataset_class = infer_dataset_class(self.preprocessed_dataset_folder)
-        patch_size = self.configuration_manager.patch_size
-        deep_supervision_scales = self._get_deep_supervision_scales()
-        (rotation_for_DA, do_dummy_2d_data_aug, initial_patch_size, mirror_axes) = \
-            self.configure_rotation_dummyDA_mirroring_and_inital_patch_size()
-        regions = self.label_manager.foreground_regions if self.label_manager.has_regions else None
-        tr_transforms = self.get_training_transforms(
-            patch_size, rotation_for_DA, deep_supervision_scales, mirror_axes, do_dummy_2d_data_aug,
-            use_mask_for_norm=self.configuration_manager.use_mask_for_norm,
-            is_cascaded=self.is_cascaded, foreground_labels=self.label_manager.foreground_labels,
-            regions=regions, ignore_label=self.label_manager.ignore_label)
-        val_transforms = self.get_validation_transforms(
-            deep_supervision_scales, is_cascaded=self.is_cascaded,
-            foreground_labels=self.label_manager.foreground_labels, regions=regions,
-            ignore_label=self.label_manager.ignore_label)
 
-        dataset_tr, dataset_val = self.get_tr_and_val_datasets()
-        if sorted(str(i) for i in dataset_tr.identifiers) != self.dro_case_ids:
-            raise RuntimeError(f"DRO: the training cases of fold {self.fold} changed since initialize()")
-        dl_tr = nnUNetDataLoaderDRO(dataset_tr, self.batch_size, initial_patch_size,
-                                    self.configuration_manager.patch_size, self.label_manager,
-                                    case_ids=self.dro_case_ids, sampler=self.case_weighting,
-                                    oversample_foreground_percent=self.oversample_foreground_percent,
-                                    pad_sides=None, transforms=tr_transforms,
-                                    probabilistic_oversampling=self.probabilistic_oversampling)
-        dl_val = nnUNetDataLoader(dataset_val, self.batch_size, self.configuration_manager.patch_size,
-                                  self.configuration_manager.patch_size, self.label_manager,
-                                  oversample_foreground_percent=self.oversample_foreground_percent,
-                                  sampling_probabilities=None, pad_sides=None, transforms=val_transforms,
-                                  probabilistic_oversampling=self.probabilistic_oversampling)
+        def make_train_loader(dataset_tr, initial_patch_size, tr_transforms):
+            if sorted(str(i) for i in dataset_tr.identifiers) != self.dro_case_ids:
+                raise RuntimeError(f"DRO: the training cases of fold {self.fold} changed since initialize()")
+            return nnUNetDataLoaderDRO(dataset_tr, self.batch_size, initial_patch_size,
+                                       self.configuration_manager.patch_size, self.label_manager,
+                                       case_ids=self.dro_case_ids, sampler=self.case_weighting,
+                                       oversample_foreground_percent=self.oversample_foreground_percent,
+                                       pad_sides=None, transforms=tr_transforms,
+                                       probabilistic_oversampling=self.probabilistic_oversampling)
 
-        allowed_num_processes = get_allowed_n_proc_DA()
-        if allowed_num_processes == 0:
-            mt_gen_train = SingleThreadedAugmenter(dl_tr, None)
-            mt_gen_val = SingleThreadedAugmenter(dl_val, None)
-        else:
-            mt_gen_train = NonDetMultiThreadedAugmenter(data_loader=dl_tr, transform=None,
-                                                        num_processes=allowed_num_processes,
-                                                        num_cached=max(6, allowed_num_processes // 2), seeds=None,
-                                                        pin_memory=self.device.type == 'cuda', wait_time=0.002)
-            mt_gen_val = NonDetMultiThreadedAugmenter(data_loader=dl_val, transform=None,
-                                                      num_processes=max(1, allowed_num_processes // 2),
-                                                      num_cached=max(3, allowed_num_processes // 4), seeds=None,
-                                                      pin_memory=self.device.type == 'cuda', wait_time=0.002)
-        # let's get this party started (as nnU-Net does). The first training batch is drawn but
-        # not trained on, so it does not update the state.
-        _ = next(mt_gen_train)
-        _ = next(mt_gen_val)
-        return mt_gen_train, mt_gen_val
+        # the first training batch is drawn but not trained on, so it does not update the state
+        return build_dataloaders(self, make_train_loader)
 
     # ------------------------------------------------------------------ training step
     def on_train_epoch_start(self):
@@ -458,11 +398,14 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     def _extra_checkpoint_state(self) -> Optional[Dict[str, Any]]:
         return self._dro_state()
 
-    def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any]) -> None:
+    def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any],
+                                        source: str) -> None:
         if state is None:
-            self.print_to_log_file("DRO: WARNING: the checkpoint has no 'dro_state' (not a DRO training?); "
-                                   "the case weighting starts from scratch")
-            return
+            # resuming without the stale losses would silently restart the weighting from L_init
+            raise RuntimeError(f"DRO: {source} has no '{DRO_STATE_KEY}' (written by {checkpoint.get('trainer_name')!r}, "
+                               f"not by a case-weighting trainer of nnunet_dro?); cannot resume "
+                               f"{type(self).__name__} from it. Start a new training, or use nnUNetv2_train's "
+                               f"-pretrained_weights to start from its network weights only.")
         if self.case_weighting is None:  # load_checkpoint initialises first; this is a safety net
             raise RuntimeError("DRO: load_checkpoint before initialize()")
         state = self._trim_history(state, int(checkpoint.get("current_epoch", 0)))

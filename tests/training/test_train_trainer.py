@@ -3,6 +3,8 @@ the checkpoint carries 'dro_state' and --c restores it in load_checkpoint (befor
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,7 +12,10 @@ import torch
 from batchgenerators.dataloading.nondet_multi_threaded_augmenter import NonDetMultiThreadedAugmenter
 from batchgenerators.utilities.file_and_folder_operations import load_json
 
+from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+
 from nnunet_dro.training import DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS
+from nnunet_dro.training.nnunet_compat import compatibility_problems
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 
@@ -91,7 +96,6 @@ def test_train_step_updates_the_stale_losses_of_the_drawn_cases(label_dataset, m
 def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(label_dataset, monkeypatch, tmp_path):
     trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0)
     trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
-    original_save, original_load = torch.save, torch.load
     try:
         s = trainer.case_weighting.sampler
         rng = np.random.default_rng(1)
@@ -103,9 +107,12 @@ def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(labe
                 trainer._dro_history[k].append(0.5)
         path = tmp_path / "checkpoint_latest.pth"
         trainer.save_checkpoint(str(path))
-        assert torch.save is original_save
         saved = torch.load(str(path), weights_only=False)
-        assert {"network_weights", "optimizer_state", "current_epoch", DRO_STATE_KEY} <= set(saved)
+        # exactly nnU-Net's checkpoint (the keys its own save_checkpoint writes) plus dro_state
+        upstream = tmp_path / "upstream.pth"
+        nnUNetTrainer.save_checkpoint(trainer, str(upstream))
+        assert set(saved) == set(torch.load(str(upstream), weights_only=False)) | {DRO_STATE_KEY}
+        assert not list(tmp_path.glob("*.tmp"))  # the atomic write left nothing behind
         state = saved[DRO_STATE_KEY]
         np.testing.assert_array_equal(state["weighting"]["sampler"]["losses"], np.array(s.losses))
         assert state["case_ids"] == trainer.dro_case_ids
@@ -115,7 +122,6 @@ def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(labe
 
     resumed = make_trainer(label_dataset, monkeypatch, n_proc_da=0)
     resumed.load_checkpoint(str(path))  # as nnUNetv2_train --c: before on_train_start
-    assert torch.load is original_load
     # applied at once: the case weighting exists since initialize()
     np.testing.assert_array_equal(np.array(resumed.case_weighting.losses), expected_losses)
     resumed.dataloader_train, resumed.dataloader_val = resumed.get_dataloaders()
@@ -134,3 +140,23 @@ def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(labe
     with pytest.raises(RuntimeError, match="differ from"):
         wrong.load_checkpoint(str(path))
     wrong._close_case_weighting()
+
+    # a checkpoint without dro_state (e.g. written by nnUNetTrainer): resuming would silently
+    # restart the weighting from L_init, so it is an error naming the file
+    del saved[DRO_STATE_KEY]
+    torch.save(saved, str(path))
+    stateless = make_trainer(label_dataset, monkeypatch, n_proc_da=0)
+    with pytest.raises(RuntimeError, match=f"{path.name}.*has no 'dro_state'"):
+        stateless.load_checkpoint(str(path))
+    stateless._close_case_weighting()
+
+
+def test_importing_the_trainers_leaves_torch_save_and_load_untouched():
+    code = ("import torch; save, load = torch.save, torch.load; import nnunet_dro.training, nnunet_dro.ext_trainers; "
+            "assert torch.save is save and torch.load is load, 'torch.save/torch.load replaced'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_installed_nnunet_has_the_shape_nnunet_compat_mirrors():
+    problems = compatibility_problems()
+    assert not problems, "nnunetv2 changed shape:\n" + "\n".join(problems)

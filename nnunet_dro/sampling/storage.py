@@ -13,14 +13,22 @@ draws follow the losses the main process writes. A forked worker inherits the ma
 one re-attaches by name when the sampler is unpickled.
 
 Only the process that created the block (the owner) unlinks it: in :meth:`SamplerStorage.close`,
-or, if training dies first, in a finaliser at interpreter exit, and as a last resort Python's
-resource tracker removes it when the owner is killed.
+or, if training dies first, in a finaliser at interpreter exit, and Python's resource tracker
+removes it when the owner alone is killed. Blocks are named ``nnunet_dro_<owner pid>_<random>``
+(see :data:`SEGMENT_PREFIX`), so that when the owner *and* its resource tracker die together
+(a process-group kill, a cgroup out-of-memory kill, a scheduler's cancel) the orphan can still be
+recognised: :func:`remove_orphan_segments` deletes every block whose owner process is gone. It runs
+whenever a shared sampler is created, and as ``nnunet_dro cleanup-shm``.
 """
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import weakref
 from multiprocessing import shared_memory
+from pathlib import Path
+from typing import List
 
 import numpy as np
 
@@ -32,6 +40,65 @@ NUM_UPDATES = 3   # int64: update() calls applied
 WARMUP = 4        # int64: 1 while the uniform warm-up pass is filling the stale losses
 BETA = 5          # float64: the inverse temperature in force (adaptive schemes change it)
 HEADER_SLOTS = 8
+
+#: Every shared block of ours is named ``nnunet_dro_<owner pid>_<8 hex digits>``.
+SEGMENT_PREFIX = "nnunet_dro_"
+_SEGMENT_NAME = re.compile(rf"^{SEGMENT_PREFIX}(\d+)_[0-9a-f]{{8}}$")
+#: Where POSIX shared memory appears as files (Linux); elsewhere orphans cannot be listed.
+SHM_DIR = Path("/dev/shm")
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def orphan_segments(shm_dir: Path = SHM_DIR) -> List[Path]:
+    """Our shared blocks whose owner process no longer exists (empty where ``shm_dir`` is absent).
+
+    A block whose owner's pid has since been reused by another process is kept until that
+    process ends too (pids cannot tell the two apart).
+    """
+    if not shm_dir.is_dir():
+        return []
+    orphans = []
+    for path in shm_dir.glob(f"{SEGMENT_PREFIX}*"):
+        match = _SEGMENT_NAME.match(path.name)
+        if match and not _process_exists(int(match.group(1))):
+            orphans.append(path)
+    return sorted(orphans)
+
+
+def remove_orphan_segments(shm_dir: Path = SHM_DIR) -> List[Path]:
+    """Delete our shared blocks whose owner process is gone; returns what was removed."""
+    removed = []
+    for path in orphan_segments(shm_dir):
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:  # removed concurrently
+            pass
+    return removed
+
+
+class _SharedMemory(shared_memory.SharedMemory):
+    """``SharedMemory`` that stays quiet when collected while numpy views of it are alive.
+
+    The standard class calls ``close()`` in ``__del__``; at interpreter exit the sampler's views
+    may still exist, and ``close()`` then raises ``BufferError`` ("cannot close exported pointers
+    exist"), which Python prints as an ignored exception. The mapping dies with the process anyway.
+    """
+
+    def __del__(self):
+        try:
+            self.close()
+        except BufferError:
+            pass
 
 
 def _release(shm: shared_memory.SharedMemory, owner_pid: int) -> None:
@@ -45,6 +112,16 @@ def _release(shm: shared_memory.SharedMemory, owner_pid: int) -> None:
             shm.unlink()
         except FileNotFoundError:
             pass
+
+
+def _create_segment(nbytes: int) -> _SharedMemory:
+    for _ in range(8):
+        try:
+            return _SharedMemory(name=f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}", create=True,
+                                 size=nbytes)
+        except FileExistsError:  # 32 random bits collided: draw another name
+            continue
+    raise FileExistsError("could not find a free shared-memory name for the sampler state")
 
 
 class SamplerStorage:
@@ -64,11 +141,12 @@ class SamplerStorage:
         self._shm: shared_memory.SharedMemory | None = None
         self._finalizer = None
         if _attach_name is not None:
-            self._shm = shared_memory.SharedMemory(name=_attach_name)
+            self._shm = _SharedMemory(name=_attach_name)
             buffer = self._shm.buf
             self.owner = False
         elif shared:
-            self._shm = shared_memory.SharedMemory(create=True, size=nbytes)
+            remove_orphan_segments()  # blocks left by owners that were killed with their resource tracker
+            self._shm = _create_segment(nbytes)
             buffer = self._shm.buf
             self.owner = True
             self._finalizer = weakref.finalize(self, _release, self._shm, os.getpid())

@@ -121,6 +121,73 @@ def test_workers_never_unlink_and_a_crashed_owner_leaves_no_segment(tmp_path):
     del ctx
 
 
+def test_a_sampler_never_closed_exits_quietly_and_removes_its_block():
+    script = textwrap.dedent("""
+        from nnunet_dro.sampling import HardnessWeightedSampler
+        s = HardnessWeightedSampler(10, shared=True)
+        s.update([1, 2], [0.5, 0.25])
+        print(s._storage.name, flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    name = out.stdout.strip()
+    assert name.startswith("nnunet_dro_") and not os.path.exists(_shm_path(name))
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="orphans are listed from /dev/shm (Linux)")
+def test_blocks_of_a_killed_process_group_are_removed_by_cleanup_shm_and_live_ones_kept():
+    import signal
+    # owner and its resource tracker die together, as in a process-group or cgroup OOM kill
+    script = textwrap.dedent("""
+        import sys, time
+        from nnunet_dro.sampling import HardnessWeightedSampler
+        s = HardnessWeightedSampler(10, shared=True)
+        print(s._storage.name, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    name = proc.stdout.readline().strip()
+    path = _shm_path(name)
+    assert name.startswith(f"nnunet_dro_{proc.pid}_") and os.path.exists(path)
+    with HardnessWeightedSampler(4, shared=True) as alive:  # our own live block must survive
+        alive_path = _shm_path(alive._storage.name)
+        listed = subprocess.run([sys.executable, "-m", "nnunet_dro", "cleanup-shm", "--dry-run"],
+                                capture_output=True, text=True, timeout=60)
+        assert path not in listed.stdout  # its owner is still running
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stdout.close()
+        assert os.path.exists(path), "the block disappeared by itself: the test no longer kills the tracker"
+        listed = subprocess.run([sys.executable, "-m", "nnunet_dro", "cleanup-shm", "--dry-run"],
+                                capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0 and path in listed.stdout and os.path.exists(path)
+        removed = subprocess.run([sys.executable, "-m", "nnunet_dro", "cleanup-shm"],
+                                 capture_output=True, text=True, timeout=60)
+        assert removed.returncode == 0 and f"removed: {path}" in removed.stdout, removed.stdout
+        assert not os.path.exists(path)
+        assert os.path.exists(alive_path)
+
+
+def test_orphan_segments_are_recognised_by_name_and_dead_owner(tmp_path):
+    from nnunet_dro.sampling.storage import orphan_segments, remove_orphan_segments
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    cases = {  # file name -> is an orphan
+        f"nnunet_dro_{dead}_0123abcd": True,
+        f"nnunet_dro_{os.getpid()}_0123abcd": False,  # owner alive
+        f"nnunet_dro_{dead}_xyz": False,                # not our naming scheme
+        f"psm_{dead}": False,                          # someone else's block
+        f"nnunet_dro_{dead}_0123abcd.bak": False,
+    }
+    for name in cases:
+        (tmp_path / name).write_bytes(b"\0" * 8)
+    expected = sorted(tmp_path / n for n, orphan in cases.items() if orphan)
+    assert orphan_segments(tmp_path) == expected
+    assert remove_orphan_segments(tmp_path) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n, o in cases.items() if not o)
+    assert orphan_segments(tmp_path / "absent") == []
+
+
 def test_private_sampler_pickles_by_value():
     import pickle
     with HardnessWeightedSampler(5, init_loss=[1, 2, 3, 4, 5], seed=0) as s:

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from nnunet_dro.commands.arg_types import non_negative_int, percentile, positive_int
 from nnunet_dro.errors import UserError
 
 
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
                              "Default: each foreground label found in the references")
     parser.add_argument("--metrics", type=str, nargs="+", default=["dice"], choices=["dice", "hd95", "vs"],
                         help="metrics: dice (%%), hd95 (mm), vs (volume similarity, %%). Default: dice")
-    parser.add_argument("--percentiles", type=float, nargs="+", default=[25, 10, 5], metavar="Q",
+    parser.add_argument("--percentiles", type=percentile, nargs="+", default=[25, 10, 5], metavar="Q",
                         help="percentiles to report (numpy linear interpolation). Default: 25 10 5")
     parser.add_argument("--empty", type=str, default="one", choices=["one", "nan"],
                         help="region empty in both reference and prediction: one = Dice 100 (BraTS convention, "
@@ -51,11 +52,13 @@ def register(subparsers) -> None:
     parser.add_argument("--missing", type=str, default="error", choices=["error", "worst", "skip"],
                         help="reference case without prediction: error (default) stops with the list, worst scores "
                              "Dice 0 and the worst HD95, skip leaves it out")
-    parser.add_argument("-np", type=int, default=None, metavar="N",
+    parser.add_argument("-np", type=positive_int, default=None, metavar="N",
                         help="number of processes reading cases. Default: nnUNet_def_n_proc or 8")
-    parser.add_argument("--bootstrap", type=int, default=0, metavar="N",
+    parser.add_argument("--bootstrap", type=non_negative_int, default=0, metavar="N",
                         help="with 2+ methods: N bootstrap resamples of the cases give 95%% confidence intervals "
                              "of the percentile differences in comparison.csv. Default: 0 (off)")
+    parser.add_argument("--strict", action="store_true",
+                        help="a region whose labels occur in no reference file is an error, not a warning")
     parser.set_defaults(func=run)
 
 
@@ -81,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     result = api.evaluate(args.ref, parse_predictions(args.pred), args.o, groups=args.groups, group_by=args.group_by,
                           case_column=args.case_column, regions=args.regions, metrics=args.metrics,
                           percentiles=args.percentiles, empty=args.empty, missing=args.missing,
-                          num_processes=args.np, n_bootstrap=args.bootstrap, progress=True)
+                          num_processes=args.np, n_bootstrap=args.bootstrap, strict=args.strict,
+                          progress=True)
     print(reports.terminal_table(result))
     print(f"Report written to {os.path.abspath(args.o)}", file=sys.stderr)
     return 0

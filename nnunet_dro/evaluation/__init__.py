@@ -6,7 +6,8 @@ between methods. Imports nothing from :mod:`nnunet_dro.training` or :mod:`nnunet
 
 Modules: :mod:`~.regions` (presets, parsing), :mod:`~.io` (files, geometry),
 :mod:`~.metrics` (confusion tables, Dice/VS/HD95), :mod:`~.groups` (subgroup table, binning),
-:mod:`~.stats` (statistics, tests), :mod:`~.reports` (writers), :mod:`~.api` (``evaluate``).
+:mod:`~.stats` (statistics, tests), :mod:`~.reports` (writers), :mod:`~.workers` (process pool),
+:mod:`~.api` (``evaluate``).
 """
 __all__ = ["evaluate", "EvaluationResult"]
 

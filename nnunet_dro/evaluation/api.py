@@ -83,42 +83,79 @@ class _Method:
         return set(self.files if self.kind == "folder" else self.summary)
 
 
+@dataclass
+class _Inputs:
+    """The checked options and inputs that do not depend on the predictions."""
+
+    metrics: list[str]
+    percentiles: list[float]
+    spec: RegionSpec
+    ref_files: dict[str, str]
+    assignment: GroupAssignment | None
+    num_processes: int
+
+
+def check_inputs(reference: str, method_names: Sequence[str], output: str | None, *,
+                 groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
+                 regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
+                 percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
+                 num_processes: int | None = None, n_bootstrap: int = 0,
+                 echo: Callable[[str], None] | None = None) -> _Inputs:
+    """Check everything :func:`evaluate` can check before a prediction exists: the options, the
+    report folder (``output``), the reference folder, the regions and the group table.
+
+    ``nnunet_dro ensemble`` calls it before predicting, so a typo in ``-ref`` or ``-regions`` is
+    an error in seconds, not after hours of inference. Raises UserError; notes go to ``echo``.
+    """
+    metrics, percentiles = _check_options(method_names, metrics, percentiles, empty, missing, num_processes,
+                                          group_by, groups, n_bootstrap)
+    spec = regions if isinstance(regions, RegionSpec) else parse_regions(regions)
+    if output is not None:
+        reports.check_report_folder(output)
+    ref_files = list_segmentations(reference, "reference folder", spec.file_ending)
+    assignment = None
+    if groups:
+        assignment = assign_groups(groups, case_column, list(group_by) if group_by else None, sorted(ref_files))
+        clash = [c for c in assignment.column_names if c in RESERVED_COLUMNS]
+        if clash:
+            raise UserError(f"group table {groups}: column name {clash[0]!r} is reserved for the report, rename it")
+        if echo is not None:
+            _warn_group_report(assignment, groups, echo)
+    return _Inputs(metrics, percentiles, spec, ref_files, assignment,
+                   default_num_processes() if num_processes is None else num_processes)
+
+
 def evaluate(reference: str, predictions: Mapping[str, str], output: str | None, *,
              groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
              regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
              percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
-             num_processes: int | None = None, n_bootstrap: int = 0, progress: bool = True,
+             num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = False, progress: bool = True,
              echo: Callable[[str], None] | None = None) -> EvaluationResult:
     """Evaluate prediction folders (or nnU-Net summary.json files) against a reference folder.
 
     ``predictions`` maps method names to folders (or summary.json files, Dice/VS only), in the
     order methods are compared (the first is the reference method of ``comparison.csv``).
-    ``output`` is the report folder (``None``: compute only). Dice and VS are in percent, HD95 in
-    mm. Empty masks: see ``empty`` (``"one"``: both-empty region scores 100; ``"nan"``: left
-    out). Missing predictions: see ``missing``. Warnings go to ``echo`` (default: stderr).
+    ``output`` is the report folder (``None``: compute only); it is checked before any file is
+    read, and a failed run leaves it as it was. Dice and VS are in percent, HD95 in mm. Empty
+    masks: see ``empty`` (``"one"``: both-empty region scores 100; ``"nan"``: left out). Missing
+    predictions: see ``missing``. A region whose labels occur in no reference file is a warning,
+    or an error with ``strict``. Warnings go to ``echo`` (default: stderr).
     """
     warn = echo or (lambda text: print(text, file=sys.stderr))
-    metrics, percentiles = _check_options(predictions, metrics, percentiles, empty, missing, num_processes, group_by,
-                                          groups)
-    num_processes = default_num_processes() if num_processes is None else num_processes
-    spec = regions if isinstance(regions, RegionSpec) else parse_regions(regions)
-    if output is not None and os.path.exists(output) and not os.path.isdir(output):
-        raise UserError(f"-o {output}: exists and is not a folder")
-
-    ref_files = list_segmentations(reference, "reference folder", spec.file_ending)
+    inputs = check_inputs(reference, list(predictions), output, groups=groups, group_by=group_by,
+                          case_column=case_column, regions=regions, metrics=metrics, percentiles=percentiles,
+                          empty=empty, missing=missing, num_processes=num_processes, n_bootstrap=n_bootstrap,
+                          echo=warn)
+    metrics, percentiles, spec = inputs.metrics, inputs.percentiles, inputs.spec
+    ref_files, assignment, num_processes = inputs.ref_files, inputs.assignment, inputs.num_processes
     cases = sorted(ref_files)
     methods = [_load_method(name, path, metrics, spec.file_ending) for name, path in predictions.items()]
     case_report = _check_missing(methods, ref_files, missing, warn)
-    assignment = assign_groups(groups, case_column, list(group_by) if group_by else None, cases) if groups else None
-    if assignment is not None:
-        clash = [c for c in assignment.column_names if c in RESERVED_COLUMNS]
-        if clash:
-            raise UserError(f"group table {groups}: column name {clash[0]!r} is reserved for the report, rename it")
-        _warn_group_report(assignment, groups, warn)
 
     results = _read_cases(ref_files, methods, spec, "hd95" in metrics, num_processes, progress)
     region_list = _resolve_regions(spec, results, methods)
     _check_labels(spec, results, ref_files, methods)
+    _check_regions_present(region_list, results, empty, strict, warn)
 
     per_case = _score_cases(cases, methods, results, region_list, metrics, empty, missing, assignment)
     group_columns = assignment.column_names if assignment else []
@@ -146,7 +183,8 @@ def evaluate(reference: str, predictions: Mapping[str, str], output: str | None,
     return result
 
 
-def _check_options(predictions, metrics, percentiles, empty, missing, num_processes, group_by, groups):
+def _check_options(predictions, metrics, percentiles, empty, missing, num_processes, group_by, groups,
+                   n_bootstrap=0):
     if not predictions:
         raise UserError("give at least one prediction (-pred NAME=DIR)")
     for name in predictions:
@@ -167,6 +205,8 @@ def _check_options(predictions, metrics, percentiles, empty, missing, num_proces
         raise UserError(f"--missing {missing!r}: choose one of {', '.join(MISSING_POLICIES)}")
     if num_processes is not None and num_processes < 1:
         raise UserError(f"-np {num_processes}: need at least 1 process")
+    if n_bootstrap < 0:
+        raise UserError(f"--bootstrap {n_bootstrap}: must be 0 (off) or a positive number of resamples")
     if group_by and not groups:
         raise UserError("--group-by needs a group table (-groups TABLE.csv|.tsv)")
     return metrics, percentiles
@@ -276,6 +316,29 @@ def _resolve_regions(spec: RegionSpec, results: dict[str, CaseResult], methods: 
 
 def _reference_labels(result: CaseResult) -> set[int]:
     return set(result.reference_labels)
+
+
+def _check_regions_present(regions: list[Region], results: dict[str, CaseResult], empty: str, strict: bool,
+                           warn) -> None:
+    """A region none of whose labels occurs in any reference file is almost always a wrong
+    ``-regions`` (a typo, another label convention): say so instead of scoring it silently."""
+    if not results:
+        return  # summary.json input only: the references were not read
+    found = set()
+    for r in results.values():
+        found |= _reference_labels(r)
+    absent = [r for r in regions if not found & set(r.labels)]
+    if not absent:
+        return
+    listed = "; ".join(f"{r.name} (label{'s' if len(r.labels) > 1 else ''} "
+                       f"{','.join(map(str, r.labels))})" for r in absent)
+    what = (f"region{'s' if len(absent) > 1 else ''} {listed} occur{'' if len(absent) > 1 else 's'} in no "
+            f"reference file (labels found: {','.join(map(str, sorted(found - {0}))) or 'none'})")
+    if strict:
+        raise UserError(f"{what}; check -regions (--strict)")
+    scored = ("scores Dice 100 wherever the prediction is empty too (--empty one)" if empty == "one"
+              else "is left out wherever the prediction is empty too (--empty nan)")
+    warn(f"warning: {what}; such a region {scored}. Check -regions (--strict makes this an error)")
 
 
 def _check_labels(spec: RegionSpec, results: dict[str, CaseResult], ref_files: dict[str, str],

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from nnunet_dro.atomic import atomic_path
+from nnunet_dro.atomic import atomic_path, can_replace_folder, check_output_folder, replaced_folder
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.groups import ALL
 from nnunet_dro.evaluation.stats import percentile_column
@@ -38,23 +38,58 @@ SPREAD_COLUMNS = {"std", "iqr"}  # lower is better whatever the metric
 OUR_FILES = ("per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv")
 
 
-def write_report(output: str | os.PathLike, result: "EvaluationResult") -> None:
-    """Write every report file into ``output``; nothing is left behind if any step fails.
+def is_report_file(name: str) -> bool:
+    """Whether a report of this module writes (or, from an earlier run, may have written) ``name``."""
+    return name in OUR_FILES or (name.startswith("boxplots_") and name.endswith(".png"))
 
-    A new folder is built beside ``output`` and renamed into place. An existing folder is kept
-    (it may hold other files): the report is built in a hidden temporary folder inside it, then
-    each file is renamed into place, and stale report files of an earlier run (a
-    ``comparison.csv`` or box plot this run does not produce) are removed.
+
+def check_report_folder(output: str | os.PathLike, option: str = "-o") -> Path:
+    """Check that a report can be written to ``output``, before any work starts.
+
+    One-line UserError if ``output`` is a file, lies below a file, is not writable, or is an
+    existing folder that holds a folder named like a report file (the report would have to
+    delete it).
     """
-    output = Path(output)
-    if output.exists() and not output.is_dir():
-        raise UserError(f"-o {output}: exists and is not a folder")
-    if not output.exists():
-        with atomic_path(output) as tmp:
-            tmp.mkdir()
-            _write_all(tmp, result)
-        return
-    tmp = Path(tempfile.mkdtemp(prefix=".nnunet_dro_evaluate.", dir=output))
+    output = check_output_folder(output, option)
+    if output.is_dir():
+        for entry in sorted(output.iterdir()):
+            if is_report_file(entry.name) and entry.is_dir():
+                raise UserError(f"{option} {output}: {entry} is a folder, but the report writes a file of "
+                                f"that name; rename or remove it")
+    return output
+
+
+def write_report(output: str | os.PathLike, result: "EvaluationResult") -> None:
+    """Write every report file into ``output``; a failure leaves ``output`` exactly as it was.
+
+    A new folder is built beside ``output`` and renamed into place. An existing folder is
+    rebuilt beside itself: the new report files, plus the other files it holds (carried over
+    as hard links), then swapped in with one atomic rename; report files of an earlier run that
+    this run does not produce (a ``comparison.csv``, a box plot) are gone. Where the folder
+    cannot be swapped (its parent is not writable, or it is the current directory), the report
+    is built in a hidden folder inside it and each file renamed into place.
+    """
+    output = check_report_folder(output)
+    existed = output.exists()
+    try:
+        if not existed:
+            with atomic_path(output) as tmp:
+                tmp.mkdir()
+                _write_all(tmp, result)
+        elif can_replace_folder(output):
+            with replaced_folder(output, keep=lambda name: not is_report_file(name)
+                                 and not name.startswith(_IN_PLACE_PREFIX)) as tmp:
+                _write_all(tmp, result)
+        else:
+            _write_in_place(output, result)
+    except OSError as e:  # a full disk, a quota, a file size limit: the old report is still there
+        reason = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+        raise UserError(f"-o {output}: cannot write the report ({reason}); "
+                        f"{'the previous report is unchanged' if existed else 'nothing was written'}") from None
+
+
+def _write_in_place(output: Path, result: "EvaluationResult") -> None:
+    tmp = Path(tempfile.mkdtemp(prefix=_IN_PLACE_PREFIX, dir=output))
     try:
         _write_all(tmp, result)
         produced = {p.name for p in tmp.iterdir()}
@@ -65,6 +100,9 @@ def write_report(output: str | os.PathLike, result: "EvaluationResult") -> None:
             os.replace(tmp / name, output / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+_IN_PLACE_PREFIX = ".nnunet_dro_evaluate."
 
 
 def _write_all(folder: Path, result: "EvaluationResult") -> None:

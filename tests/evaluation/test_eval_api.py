@@ -226,7 +226,8 @@ def test_failure_while_writing_leaves_no_partial_files(cohort, tmp_path, monkeyp
         raise OSError("disk full")
 
     monkeypatch.setattr(reports, "write_boxplots", broken_plot)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(UserError, match=r"cannot write the report \(disk full\); " +
+                       ("the previous report is unchanged" if existing else "nothing was written")):
         evaluate(str(ref), {"A": str(preds["A"])}, str(out), num_processes=1, progress=False)
     if existing:
         assert sorted(p.name for p in out.iterdir()) == ["summary.csv"]

@@ -1,0 +1,78 @@
+"""argparse types for numeric options: a bad number is a one-line usage error with exit code 2.
+
+>>> positive_int("4"), non_negative_int("0"), percentile("2.5")
+(4, 0, 2.5)
+>>> positive_int("-3")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: -3 is not a positive integer
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def _integer(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not {what}") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (processes, epochs, iterations)."""
+    value = _integer(text, "a positive integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (seeds, counts that may be zero)."""
+    value = _integer(text, "an integer >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not an integer >= 0")
+    return value
+
+
+def dataset_id(text: str) -> int:
+    """nnU-Net's dataset IDs: 1..999."""
+    value = _integer(text, "a dataset ID (1-999)")
+    if not 1 <= value <= 999:
+        raise argparse.ArgumentTypeError(f"{text} is not a dataset ID (1-999)")
+    return value
+
+
+def _finite(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not {what}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not {what}")
+    return value
+
+
+def percentile(text: str) -> float:
+    """A percentile, 0..100."""
+    value = _finite(text, "a number between 0 and 100")
+    if not 0.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 100")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A fraction in [0, 1)."""
+    value = _finite(text, "a fraction in [0, 1)")
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction in [0, 1)")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    value = _finite(text, "a positive number")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value

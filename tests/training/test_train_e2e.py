@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -146,3 +147,67 @@ def test_adaptive_trainer_trains_with_workers_and_resumes_its_beta(label_dataset
     assert np.asarray(second["weighting"]["sampler"]["draw_counts"]).sum() > np.asarray(
         weighting["sampler"]["draw_counts"]).sum()
     check_hardness_report(folder, losses.size)
+
+
+def _processes_in_group(pgid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid:
+                    found.append(int(entry))
+            except ProcessLookupError:
+                pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="Linux: /proc and /dev/shm")
+def test_sigkill_of_the_whole_training_then_resume(label_dataset, test_trainer_dir, tmp_path):
+    """A scheduler cancels the job: SIGKILL to the whole process group (trainer, data-augmentation
+    workers and Python's resource tracker) after a checkpoint. Nothing survives; the orphan
+    shared-memory block is removed; --c resumes from exactly the checkpoint's sampler state."""
+    import signal
+    import subprocess
+    import time
+
+    ds = label_dataset
+    trainer = "nnUNetTrainerDRO_e2eTest"
+    folder = ds.results / ds.folder_name / f"{trainer}__nnUNetPlans__3d_fullres" / "fold_1"
+    env = train_env(ds, test_trainer_dir, num_epochs=200)
+    assert env["nnUNet_n_proc_DA"] == "2"
+    cmd = [str(BIN / "nnUNetv2_train"), str(ds.dataset_id), "3d_fullres", "1", "-tr", trainer, "-device", "cpu"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    latest = folder / "checkpoint_latest.pth"
+    deadline = time.monotonic() + 480
+    try:
+        while not (latest.is_file() and load(latest)["current_epoch"] >= 2):
+            assert proc.poll() is None, "training ended before it could be killed"
+            assert time.monotonic() < deadline, "no second checkpoint within 8 minutes"
+            time.sleep(1)
+        ours = [p.name for p in Path("/dev/shm").glob(f"nnunet_dro_{proc.pid}_*")]
+        assert ours, "the trainer's shared sampler block is not named after its pid"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    for _ in range(50):  # the kernel reaps the group's members shortly after the leader
+        if not _processes_in_group(proc.pid):
+            break
+        time.sleep(0.2)
+    assert not _processes_in_group(proc.pid), "a data-augmentation worker survived the kill"
+    assert all((Path("/dev/shm") / name).exists() for name in ours), \
+        "the block vanished by itself: the kill no longer takes the resource tracker along"
+    cleaned = run_cli([BIN / "nnunet_dro", "cleanup-shm"], env)
+    assert all(f"/dev/shm/{name}" in cleaned.stdout for name in ours)
+    assert not any((Path("/dev/shm") / name).exists() for name in ours)
+
+    saved = load(latest)  # whatever the kill left: the atomic write means it is a whole checkpoint
+    sampler_state = saved["dro_state"]["weighting"]["sampler"]
+    env = train_env(ds, test_trainer_dir, num_epochs=saved["current_epoch"] + 1)
+    run_cli(cmd + ["--c"], env)
+    np.testing.assert_array_equal(np.load(folder / "dro_losses_at_start.npy"), sampler_state["losses"])
+    np.testing.assert_array_equal(np.load(folder / "dro_counts_at_start.npy"), sampler_state["draw_counts"])
+    final = load(folder / "checkpoint_final.pth")
+    assert final["current_epoch"] == saved["current_epoch"] + 1
+    assert final["dro_state"]["history"]["epoch"][-1] == saved["current_epoch"]
+    assert not list(Path("/dev/shm").glob(f"nnunet_dro_{proc.pid}_*"))

@@ -46,6 +46,7 @@ class TestSize:
         super().on_train_start()
         # the state the data-augmentation workers start from (checked by the resume tests)
         np.save(os.path.join(self.output_folder, 'dro_losses_at_start.npy'), np.array(self.case_weighting.losses))
+        np.save(os.path.join(self.output_folder, 'dro_counts_at_start.npy'), np.array(self.case_weighting.draw_counts))
         np.save(os.path.join(self.output_folder, 'dro_beta_at_start.npy'), np.array(self.case_weighting.current_beta))
 
 

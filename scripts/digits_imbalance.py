@@ -4,7 +4,7 @@
 Only a handful of the digit 3 are kept in the training split (the test split keeps every
 class); a small CNN is trained with plain SGD (lr 0.01, no momentum, no augmentation) by ERM
 (uniform sampling), by DRO with the hardness weighted sampler (KL, beta 10, importance sampling
-on/off, warm-up) and by the related methods of method.md section 6 (chi-square DRO sampling,
+on/off, warm-up) and by the related methods of docs/methods.md (chi-square DRO sampling,
 KL-DRO by multiplicative weights, learning to reweight), over several seeds. Prints the table of
 test accuracy on the digit 3 and overall (mean ± std over seeds), the share of loss weight each
 method gave the rare digit, and each method's CPU time per training step relative to ERM

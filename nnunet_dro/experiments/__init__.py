@@ -2,6 +2,6 @@
 
 - :mod:`nnunet_dro.experiments.digits`: the paper's class-imbalance toy (section 4.1) on
   scikit-learn's bundled 8x8 handwritten digits, comparing ERM, hardness weighted sampling and
-  the related methods of method.md section 6 (chi-square DRO sampling, KL reweighting, learning
+  the related methods of docs/methods.md (chi-square DRO sampling, KL reweighting, learning
   to reweight) in one table; driven by ``scripts/digits_imbalance.py``.
 """

@@ -14,9 +14,9 @@ download), so the whole comparison runs on one CPU core in minutes:
    decides which examples form a batch and how their losses are weighted
    (:class:`TrainingMethod`): ERM, the hardness weighted sampler (KL-DRO, with or without
    importance sampling, with or without a uniform warm-up pass), and the related methods of
-   method.md section 6 built on the package's cores: chi-square DRO sampling (paper 001),
-   KL-DRO by multiplicative weights (paper 004) and learning to reweight (paper 003). Each run
-   also records the CPU time of its training steps, so the table gives every method's cost
+   docs/methods.md built on the package's cores: chi-square DRO sampling (Fidon et al. 2020),
+   KL-DRO by multiplicative weights (Sow et al., arXiv:2308.00311) and learning to reweight
+   (Ren et al., arXiv:1803.09050). Each run also records the CPU time of its training steps, so the table gives every method's cost
    relative to ERM.
 4. :func:`run_experiment`, :func:`summarise`, :func:`plot_learning_curves` and
    :func:`write_outputs` produce the table (mean and std over seeds) and learning curves.
@@ -227,7 +227,7 @@ class HardnessWeightedSampling:
 
     ``divergence="kl"`` is Algorithm 1 (draws from ``softmax(beta * L)``); ``"chi2"`` is paper
     001's Pearson chi-square rule ``p_i = max(0, 1 + beta (L_i - lam)) / n``. With ``warmup``,
-    a uniform pass over the examples not yet seen fills ``L`` first (paper 001), importance
+    a uniform pass over the examples not yet seen fills ``L`` first (Fidon et al. 2020), importance
     weights are 1 during it. ``L`` starts at ``log(10)`` for every example (the cross-entropy
     of a classifier that knows nothing, plus the sampler's tiny tie-breaking noise), so
     examples not seen yet look hard and are visited early even without a warm-up.
@@ -260,7 +260,7 @@ class HardnessWeightedSampling:
 
 
 class KLReweighting(UniformSampling):
-    """KL-DRO by multiplicative weights (paper 004): uniform draws, weights ``exp(l_i / r) / u``.
+    """KL-DRO by multiplicative weights (Sow et al., arXiv:2308.00311): uniform draws, weights ``exp(l_i / r) / u``.
 
     ``u`` is the core's log-space running mean of ``exp(l / r)`` over batches (momentum
     ``eta``: ``u <- (1 - eta) u + eta * batch mean``, updated with the batch before it is
@@ -293,7 +293,7 @@ def balanced_validation_indices(labels: NDArray[np.int64], per_class: int, seed:
 
 
 class LearningToReweight(UniformSampling):
-    """Learning to reweight (paper 003): uniform draws, per-batch weights from the look-ahead
+    """Learning to reweight (Ren et al., arXiv:1803.09050): uniform draws, per-batch weights from the look-ahead
     core :func:`~nnunet_dro.sampling.learning_to_reweight.learning_to_reweight`.
 
     The clean validation set is ``per_class`` examples of each digit drawn (per training seed)
@@ -337,7 +337,7 @@ class MethodSpec:
 
 _CLIP_TEXT = f"[{DEFAULT_CLIP[0]:g}, {DEFAULT_CLIP[1]:g}]"
 
-#: Chi-square DRO (paper 001) on the cross-entropy scale. ``p_i = max(0, 1 + beta (L_i - lam))/n``
+#: Chi-square DRO (Fidon et al. 2020) on the cross-entropy scale. ``p_i = max(0, 1 + beta (L_i - lam))/n``
 #: is linear in the loss, so beta is "probability gain per nat": with beta = 1 a digit at 3 nats
 #: when the rest sit near 0 gets ~4x the uniform probability and almost nothing is clipped (the
 #: mean-variance regime); with beta = 10 it gets ~30x and every example more than 0.1 nat below
@@ -345,13 +345,13 @@ _CLIP_TEXT = f"[{DEFAULT_CLIP[0]:g}, {DEFAULT_CLIP[1]:g}]"
 #: is exp(30) for the same 3 nats, hence the need for importance weights and a clip.)
 CHI2_BETAS = (1.0, 10.0)
 CHI2_WARMUP_BETA = 10.0
-#: KL-DRO by multiplicative weights (paper 004): r = 1 / beta annealed over thirds of training,
+#: KL-DRO by multiplicative weights (Sow et al., arXiv:2308.00311): r = 1 / beta annealed over thirds of training,
 #: r = 10 -> 1 -> 0.1 (the paper's default). On the cross-entropy scale of the digits (0 to ~5
 #: nats) this is near-ERM for the first third (beta 0.1: weights within ~exp(0.5) of each
 #: other), mild in the second (beta 1) and ends at beta 10, the setting of the KL-DRO sampling
 #: rows; ``kl-reweight-beta10`` keeps r = 0.1 throughout, the weighting counterpart of
 #: ``dro-is-beta10``. Momentum of the running mean u: eta = 0.5, the low end of the range
-#: [1/2, 1) of paper 004's convergence theorem. The core's default 0.1 collapsed training in
+#: [1/2, 1) of Sow et al.'s convergence theorem. The core's default 0.1 collapsed training in
 #: 2 of 2 seeds here: one hard batch lifts u by up to exp(5 nats / r), and at eta = 0.1 u then
 #: forgets only 0.1 nat per step, so every batch gets a weight near 0 for thousands of steps
 #: (weights also reach batch / eta = 320 before that). At 0.5 a spike fades ~7x faster and a
@@ -379,33 +379,33 @@ def _schedule_text(schedule: Sequence[tuple[float, float]]) -> str:
 
 
 def _related_specs() -> list[MethodSpec]:
-    """The related methods of method.md section 6, built on the package's cores."""
+    """The related methods of docs/methods.md, built on the package's cores."""
     specs = [MethodSpec(
         "dro-warmup-beta10",
         lambda ctx: HardnessWeightedSampling(ctx, 10.0, importance_sampling=False, warmup=True),
         {"beta": 10.0, "importance_sampling": False, "clip": "-"},
         "KL-DRO sampling as dro-beta10, after a uniform warm-up pass that gives every example a "
-        "fresh loss (paper 001's warm-up)")]
+        "fresh loss (Fidon et al. 2020's warm-up)")]
     for beta in CHI2_BETAS:
         specs.append(MethodSpec(
             f"dro-chi2-beta{beta:g}",
             lambda ctx, beta=beta: HardnessWeightedSampling(ctx, beta, importance_sampling=False,
                                                             divergence="chi2"),
             {"beta": beta, "importance_sampling": False, "clip": "-"},
-            "chi-square DRO sampling max(0, 1 + beta (L - lam)) / n, no importance sampling (paper 001)"))
+            "chi-square DRO sampling max(0, 1 + beta (L - lam)) / n, no importance sampling (Fidon et al. 2020)"))
     specs.append(MethodSpec(
         "dro-chi2-warmup",
         lambda ctx: HardnessWeightedSampling(ctx, CHI2_WARMUP_BETA, importance_sampling=False,
                                              divergence="chi2", warmup=True),
         {"beta": CHI2_WARMUP_BETA, "importance_sampling": False, "clip": "-"},
         f"chi-square DRO sampling (beta {CHI2_WARMUP_BETA:g}) after a uniform warm-up pass: "
-        f"paper 001's full setting"))
+        f"Fidon et al. 2020's full setting"))
     specs.append(MethodSpec(
         "kl-reweight",
         lambda ctx: KLReweighting(ctx, KL_REWEIGHT_SCHEDULE, KL_REWEIGHT_MOMENTUM),
         {"beta": _schedule_text(KL_REWEIGHT_SCHEDULE), "importance_sampling": False, "clip": "-"},
         f"KL-DRO by multiplicative weights exp(l/r)/u, uniform draws, r = 1/beta annealed over "
-        f"thirds, running-mean momentum {KL_REWEIGHT_MOMENTUM:g} (paper 004)"))
+        f"thirds, running-mean momentum {KL_REWEIGHT_MOMENTUM:g} (Sow et al., arXiv:2308.00311)"))
     specs.append(MethodSpec(
         "kl-reweight-beta10",
         lambda ctx: KLReweighting(ctx, ((0.0, 0.1),), KL_REWEIGHT_MOMENTUM),
@@ -417,7 +417,7 @@ def _related_specs() -> list[MethodSpec]:
         lambda ctx: LearningToReweight(ctx, per_class=L2RW_PER_CLASS),
         {"beta": "-", "importance_sampling": False, "clip": "-"},
         f"learning to reweight: look-ahead weights from a clean balanced set of {L2RW_PER_CLASS} "
-        f"training image(s) per digit, uniform draws (paper 003)"))
+        f"training image(s) per digit, uniform draws (Ren et al., arXiv:1803.09050)"))
     return specs
 
 

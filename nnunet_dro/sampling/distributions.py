@@ -1,4 +1,4 @@
-"""Closed forms of the KL-DRO problem (method.md, section 1), in float64 and overflow-free.
+"""Closed forms of the KL-DRO problem (Fidon et al., arXiv:2001.02658), in float64 and overflow-free.
 
 For per-volume losses ``L`` and a robustness parameter ``beta > 0``::
 
@@ -67,7 +67,7 @@ def hardest(losses: ArrayLike, k: int) -> list[tuple[int, float]]:
 
 
 def chi2_dro_probabilities(losses: ArrayLike, beta: float) -> NDArray[np.float64]:
-    """Maximiser of the Pearson chi-square DRO problem (paper 001, eq. 21, with its threshold):
+    """Maximiser of the Pearson chi-square DRO problem (Fidon et al. 2020, eq. 21, with its threshold):
 
         p_i = max(0, 1 + beta * (L_i - lam)) / n,   lam such that sum(p) = 1
 

@@ -1,4 +1,4 @@
-"""The hardness weighted sampler of Algorithm 1 (method.md, section 2).
+"""The hardness weighted sampler of Algorithm 1 (Fidon et al., arXiv:2001.02658).
 
 Volumes are drawn i.i.d. *with replacement* from ``p = softmax(beta * L)`` where ``L`` holds the
 stale loss of every training volume; each fresh loss replaces its stale value; importance
@@ -60,11 +60,11 @@ class HardnessWeightedSampler:
         shared: keep the state in shared memory so that copies in other processes (forked, or
             pickled to spawned ones) follow this object's updates.
         divergence: ``"kl"`` (Algorithm 1: ``p = softmax(beta * L)``, O(log n) draws) or
-            ``"chi2"`` (paper 001's Pearson chi-square DRO: ``p_i = max(0, 1 + beta (L_i - lam))/n``
+            ``"chi2"`` (Fidon et al. 2020's Pearson chi-square DRO: ``p_i = max(0, 1 + beta (L_i - lam))/n``
             with the threshold ``lam`` solved exactly; O(n log n) per batch, fine for the
             thousands of volumes of a segmentation dataset). For chi2 the importance weight is
             the ratio ``(1 + beta (l - lam)) / (1 + beta (L_i - lam))``, clipped.
-        warmup: start with a uniform warm-up pass (paper 001): draws are uniform over the volumes
+        warmup: start with a uniform warm-up pass (Fidon et al. 2020): draws are uniform over the volumes
             that have not yet received a loss, importance weights are 1, and hardness sampling
             starts by itself (in every process) once each volume has a fresh loss.
 

@@ -1,4 +1,4 @@
-"""Learning to reweight (paper 003, method.md section 6): per-batch example weights from a
+"""Learning to reweight (Ren et al., arXiv:1803.09050; see docs/methods.md): per-batch example weights from a
 one-step look-ahead and the loss on a small clean validation batch.
 
 For a training batch with per-example losses ``l_i(theta)`` and perturbations ``eps_i`` (0):

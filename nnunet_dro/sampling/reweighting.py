@@ -1,4 +1,4 @@
-"""KL-DRO by multiplicative weights instead of sampling (paper 004, method.md section 6).
+"""KL-DRO by multiplicative weights instead of sampling (Sow et al., arXiv:2308.00311; see docs/methods.md).
 
 Volumes are drawn uniformly; each example of a batch gets the weight ``exp(l_i / r) / u`` where
 ``u`` is a running mean, over batches, of ``exp(l / r)`` and ``r = 1 / beta``. This is the
@@ -33,7 +33,7 @@ class KLReweighter:
     Args:
         schedule: ``(start fraction of training, r)`` pairs, sorted; ``r = 1 / beta``.
         momentum: ``eta`` of ``u <- (1 - eta) u + eta * mean_batch(exp(l / r))``. Default 0.5, the
-            low end of the range of paper 004's convergence result: with 0.1 the digits experiment
+            low end of the range of Sow et al.'s convergence result: with 0.1 the digits experiment
             diverged (one spike of the loss kept ``u`` so high that every weight was ~1e-67 for
             1000 steps).
         clip: optional ``(w_min, w_max)`` for the weights (the paper has none; None keeps it so).

@@ -22,18 +22,18 @@ Example::
         loss = importance_weighted_mean(sampler, index, per_example)  # also updates the sampler
         optimizer.zero_grad(); loss.backward(); optimizer.step()
 
-The related methods (method.md section 6) fit the same loop. Chi-square DRO sampling with a
-uniform warm-up pass (paper 001) only changes the sampler:
+The related methods (docs/methods.md) fit the same loop. Chi-square DRO sampling with a
+uniform warm-up pass (Fidon et al. 2020) only changes the sampler:
 ``HardnessWeightedSampler(len(data), beta=10.0, divergence="chi2", warmup=True,
 importance_sampling=False, seed=0)``; the rest is as above (the weights are then ones, and the
 update still feeds the sampler). The two reweighting methods draw uniformly, so use a plain
 ``DataLoader(data, batch_size=32, shuffle=True)`` and weigh the fresh per-example losses:
 
-* KL-DRO by multiplicative weights (paper 004): ``rw = KLReweighter()`` (from
+* KL-DRO by multiplicative weights (Sow et al., arXiv:2308.00311): ``rw = KLReweighter()`` (from
   :mod:`nnunet_dro.sampling.reweighting`) once, then per step
   ``w = rw.weights(per_example.detach().cpu().numpy(), progress=step / num_steps)`` and
   ``loss = (torch.as_tensor(w, dtype=per_example.dtype) * per_example).mean()``.
-* Learning to reweight (paper 003): keep a small clean balanced batch ``x_val, y_val`` and per
+* Learning to reweight (Ren et al., arXiv:1803.09050): keep a small clean balanced batch ``x_val, y_val`` and per
   step ``w = learning_to_reweight(model, loss_fn, x, y, x_val, y_val, inner_lr=lr)`` (from
   :mod:`nnunet_dro.sampling.learning_to_reweight`; ``loss_fn(outputs, targets)`` returns
   per-example losses), then ``loss = (w * per_example).sum()``: the weights sum to 1 (or are all

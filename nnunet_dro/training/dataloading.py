@@ -2,8 +2,8 @@
 
 nnU-Net runs its data loader inside data-augmentation worker processes. The sampler handed to
 :class:`nnUNetDataLoaderDRO` keeps its stale losses in shared memory, so every worker draws from
-the distribution the main process has just updated (method.md, section 3: the reference code
-updated a copy in the main process that the workers never saw).
+the distribution the main process has just updated (a sampler
+updated only in the main process would leave the workers drawing from stale copies).
 
 Only *which cases* make up a batch changes: nnU-Net's foreground oversampling (decided per
 batch position), cropping and augmentation are untouched. The batch already carries the drawn

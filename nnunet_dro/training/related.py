@@ -1,5 +1,5 @@
 """Related robust-training methods as nnU-Net trainers, beside hardness weighted sampling
-(method.md section 6), so that they can be compared on equal terms.
+(docs/methods.md), so that they can be compared on equal terms.
 
 | trainer                          | method                                            | paper | sampling             |
 |----------------------------------|---------------------------------------------------|-------|----------------------|
@@ -34,11 +34,11 @@ from nnunet_dro.sampling.learning_to_reweight import learning_to_reweight
 from nnunet_dro.training.trainer import nnUNetTrainerCaseWeighting, nnUNetTrainerDRO, nnUNetTrainerPerSampleLoss
 
 
-# ---------------------------------------------------------------------- paper 001: chi-square DRO
+# ------------------------------------------------------------ Fidon et al. 2020: chi-square DRO
 class nnUNetTrainerDROChi2(nnUNetTrainerDRO):
-    """Hardness weighted sampling for the Pearson chi-square DRO problem (paper 001):
+    """Hardness weighted sampling for the Pearson chi-square DRO problem (Fidon et al. 2020):
     ``p_i = max(0, 1 + beta (L_i - lam)) / n`` with the threshold ``lam`` solved exactly, importance
-    sampling off (as in paper 001), and a uniform warm-up pass that gives every training case a
+    sampling off (as in Fidon et al. 2020), and a uniform warm-up pass that gives every training case a
     fresh loss before the hardness sampling starts.
 
     Why ``beta = 10``: when no case is clipped, ``n p_i = 1 + beta (L_i - mean(L))``, so beta is
@@ -62,14 +62,14 @@ class nnUNetTrainerDROChi2_noWarmup(nnUNetTrainerDROChi2):
 
 
 class nnUNetTrainerDRO_warmup(nnUNetTrainerDRO):
-    """:class:`nnUNetTrainerDRO` (KL, beta 100, importance sampling) with paper 001's uniform warm-up
+    """:class:`nnUNetTrainerDRO` (KL, beta 100, importance sampling) with Fidon et al. 2020's uniform warm-up
     pass first (importance weights are 1 during it)."""
     dro_warmup = True
 
 
-# ---------------------------------------------------------------------- paper 004: KL reweighting
+# ---------------------------------------------- Sow et al., arXiv:2308.00311: KL reweighting
 class nnUNetTrainerDROReweight(nnUNetTrainerCaseWeighting):
-    """KL-DRO by weighting instead of sampling (paper 004): nnU-Net's uniform loader, and the step
+    """KL-DRO by weighting instead of sampling (Sow et al., arXiv:2308.00311): nnU-Net's uniform loader, and the step
     minimises ``mean_i(w_i * l_i)`` with ``w_i = exp(l_i / r) / u`` (:class:`~nnunet_dro.weighting.KLReweighting`), where
     ``u`` is a running mean over batches of ``exp(l / r)`` (log space) and ``r = 1 / beta`` follows
     ``reweight_schedule`` over training (progress = ``current_epoch / num_epochs``).
@@ -84,7 +84,7 @@ class nnUNetTrainerDROReweight(nnUNetTrainerCaseWeighting):
     the running mean would get ``exp(20)`` and one case would drive the step (nnU-Net's gradient
     clipping at 12 bounds its size, not its direction); at 0.03 the same gap gives ``exp(6.7)``.
 
-    Momentum 0.5 (``u <- 0.5 u + 0.5 mean_batch(exp(l / r))``), the low end of paper 004's
+    Momentum 0.5 (``u <- 0.5 u + 0.5 mean_batch(exp(l / r))``), the low end of Sow et al.'s
     convergence range and the core's default: with 0.1 one loss spike keeps ``u`` so high that
     every weight stays near 0 for a long time (seen in the digits experiment).
 
@@ -99,7 +99,7 @@ class nnUNetTrainerDROReweight(nnUNetTrainerCaseWeighting):
     reweight_clip: Optional[Tuple[float, float]] = None
 
 
-# ---------------------------------------------------------------------- paper 003: learning to reweight
+# ---------------------------------------- Ren et al., arXiv:1803.09050: learning to reweight
 def choose_validation_cases(training_cases: Sequence[str], fraction: float, minimum: int, seed: int) -> List[str]:
     """The clean validation subset of L2RW: ``max(minimum, round(fraction * n))`` of the fold's
     training cases (at most n), drawn without replacement with a fixed seed from the sorted ids,
@@ -120,7 +120,7 @@ def choose_validation_cases(training_cases: Sequence[str], fraction: float, mini
 
 
 class nnUNetTrainerL2RW(nnUNetTrainerPerSampleLoss):
-    """Learning to reweight (paper 003): nnU-Net's uniform loader; for every training batch the
+    """Learning to reweight (Ren et al., arXiv:1803.09050): nnU-Net's uniform loader; for every training batch the
     case weights come from a one-step look-ahead and the gradient of the loss on a small clean
     validation batch (:func:`~nnunet_dro.sampling.learning_to_reweight.learning_to_reweight`,
     ``w_i = max(0, -dL_val/d eps_i)`` normalised to sum 1, or all 0), then the step minimises

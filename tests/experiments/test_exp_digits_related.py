@@ -1,4 +1,4 @@
-"""Related methods (method.md section 6) as rows of the digits experiment: each row's draws and
+"""Related methods (docs/methods.md) as rows of the digits experiment: each row's draws and
 weights are what the package's core computes (chi-square sampler, KL reweighter, learning to
 reweight), and every row runs in the training loop with its cost measured.
 
@@ -165,4 +165,4 @@ def test_every_related_row_trains_and_reports_its_cost(split):
     assert "| kl-reweight | 0.1→1→10 | off |" in table and "| l2rw | - | off |" in table
     assert "step time vs ERM" in table.splitlines()[0]
     legend = digits.format_legend(summary.method)
-    assert len(legend.splitlines()) == 1 + len(RELATED) and "paper 003" in legend
+    assert len(legend.splitlines()) == 1 + len(RELATED) and "Ren et al., arXiv:1803.09050" in legend

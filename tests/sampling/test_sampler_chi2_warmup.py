@@ -1,4 +1,4 @@
-"""Pearson chi-square DRO sampling (paper 001) and the uniform warm-up pass."""
+"""Pearson chi-square DRO sampling (Fidon et al. 2020) and the uniform warm-up pass."""
 import numpy as np
 import pytest
 from hypothesis import given, settings

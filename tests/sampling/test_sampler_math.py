@@ -1,4 +1,4 @@
-"""The sampler against the theory of method.md, sections 1-2 (exactness, KL-DRO facts, IS weights)."""
+"""The sampler against the theory of arXiv:2001.02658 (exactness, KL-DRO facts, IS weights)."""
 import math
 import pickle
 

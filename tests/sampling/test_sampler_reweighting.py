@@ -1,4 +1,4 @@
-"""Multiplicative KL reweighting (paper 004): log-space running mean and annealed temperature."""
+"""Multiplicative KL reweighting (Sow et al., arXiv:2308.00311): log-space running mean and annealed temperature."""
 import math
 
 import numpy as np

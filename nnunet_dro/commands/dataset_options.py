@@ -4,13 +4,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from nnunet_dro.commands.arg_types import dataset_id, fraction, non_negative_int
+
 
 def add_dataset_arguments(parser: argparse.ArgumentParser, default_name: str | None) -> None:
     """``-d DATASET_ID``, ``-n NAME`` and ``--overwrite``, as nnU-Net names them.
 
     ``default_name=None``: the sub-command chooses the name itself when ``-n`` is not given.
     """
-    parser.add_argument("-d", dest="dataset_id", type=int, required=True, metavar="DATASET_ID",
+    parser.add_argument("-d", dest="dataset_id", type=dataset_id, required=True, metavar="DATASET_ID",
                         help="nnU-Net dataset ID (1-999) of the output")
     parser.add_argument("-n", "--name", default=default_name,
                         help="dataset name after the ID" + (f" (default: {default_name})" if default_name else
@@ -23,9 +25,9 @@ def add_test_split_arguments(parser: argparse.ArgumentParser, strata: str) -> No
     """``--test-cases`` / ``--test-fraction`` / ``--seed``: the held-out imagesTs/labelsTs split."""
     parser.add_argument("--test-cases", nargs="+", metavar="CASE",
                         help="case IDs to hold out in imagesTs/labelsTs (comma lists and @file accepted)")
-    parser.add_argument("--test-fraction", type=float, default=0.0,
+    parser.add_argument("--test-fraction", type=fraction, default=0.0,
                         help=f"hold out this fraction of each {strata} instead (default 0)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of --test-fraction")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of --test-fraction")
 
 
 def conversion_options(args: argparse.Namespace) -> dict:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from nnunet_dro.commands.arg_types import non_negative_int, positive_float, positive_int
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -16,16 +18,16 @@ def register(subparsers) -> None:
                     "nnUNet_raw/preprocessed/results); completed steps are reused when re-run.")
     parser.add_argument("-o", dest="output", default="nnunet_dro_demo", metavar="OUT",
                         help="working and output folder. Default: ./nnunet_dro_demo")
-    parser.add_argument("--budget-scale", type=float, default=1.0, metavar="K",
+    parser.add_argument("--budget-scale", type=positive_float, default=1.0, metavar="K",
                         help="multiply the number of training epochs (120) by K")
-    parser.add_argument("--epochs", type=int, default=None,
+    parser.add_argument("--epochs", type=positive_int, default=None,
                         help="epochs per arm (overrides the CPU budget's 40; quick looks only)")
-    parser.add_argument("--iterations", type=int, default=None,
+    parser.add_argument("--iterations", type=positive_int, default=None,
                         help="training iterations per epoch (overrides the CPU budget's 25)")
-    parser.add_argument("--n-train", type=int, default=40, help="training cases. Default: 40")
-    parser.add_argument("--n-test", type=int, default=30, help="test cases. Default: 30")
-    parser.add_argument("--size", type=int, default=32, help="voxels per side. Default: 32")
-    parser.add_argument("--seed", type=int, default=0, help="cohort seed. Default: 0")
+    parser.add_argument("--n-train", type=positive_int, default=40, help="training cases. Default: 40")
+    parser.add_argument("--n-test", type=non_negative_int, default=30, help="test cases. Default: 30")
+    parser.add_argument("--size", type=positive_int, default=32, help="voxels per side. Default: 32")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="cohort seed. Default: 0")
     parser.add_argument("-device", default="cpu", choices=["cpu", "cuda", "mps"], help="Default: cpu")
     parser.add_argument("--overwrite", action="store_true", help="start from scratch, deleting OUT")
     parser.set_defaults(func=run)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from nnunet_dro.commands.arg_types import dataset_id, positive_int
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -20,7 +22,7 @@ def register(subparsers) -> None:
                     "for you), and evaluate all members and ensembles with `nnunet_dro evaluate` if -ref is "
                     "given. Uses $nnUNet_results and adds this package's trainers to nnUNet_extTrainer.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-d", dest="dataset_id", type=int, required=True, metavar="DATASET_ID",
+    parser.add_argument("-d", dest="dataset_id", type=dataset_id, required=True, metavar="DATASET_ID",
                         help="nnU-Net dataset ID")
     parser.add_argument("-i", dest="images", required=True, metavar="IMAGES",
                         help="folder of images to predict (nnU-Net naming, e.g. imagesTs)")
@@ -43,9 +45,9 @@ def register(subparsers) -> None:
                         help="device for nnUNetv2_predict. Default: cuda")
     parser.add_argument("--disable_tta", action="store_true",
                         help="no test-time mirroring in nnUNetv2_predict (faster, slightly less accurate)")
-    parser.add_argument("-npp", type=int, default=3, help="nnUNetv2_predict preprocessing processes. Default: 3")
-    parser.add_argument("-nps", type=int, default=3, help="nnUNetv2_predict export processes. Default: 3")
-    parser.add_argument("-np", dest="num_processes", type=int, default=2,
+    parser.add_argument("-npp", type=positive_int, default=3, help="nnUNetv2_predict preprocessing processes. Default: 3")
+    parser.add_argument("-nps", type=positive_int, default=3, help="nnUNetv2_predict export processes. Default: 3")
+    parser.add_argument("-np", dest="num_processes", type=positive_int, default=2,
                         help="processes for nnUNetv2_ensemble and the evaluation. Default: 2")
     evaluation = parser.add_argument_group("evaluation (as in `nnunet_dro evaluate`)")
     evaluation.add_argument("-ref", default=None, metavar="GT_DIR", help="reference segmentations; enables evaluation")
@@ -54,6 +56,8 @@ def register(subparsers) -> None:
     evaluation.add_argument("-regions", default=None, metavar="SPEC", help="feta | brats | brats-nnunet | ...")
     evaluation.add_argument("--metrics", nargs="+", default=["dice"], choices=["dice", "hd95", "vs"])
     evaluation.add_argument("--empty", default="one", choices=["one", "nan"])
+    evaluation.add_argument("--strict", action="store_true",
+                            help="a region whose labels occur in no reference file is an error, not a warning")
     parser.set_defaults(func=run)
 
 
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     evaluation = None
     if args.ref:
         evaluation = dict(reference=args.ref, groups=args.groups, group_by=args.group_by, regions=args.regions,
-                          metrics=args.metrics, empty=args.empty)
+                          metrics=args.metrics, empty=args.empty, strict=args.strict)
     folders, result = run_ensemble(
         nnunet_environment(), args.dataset_id, args.images, args.output, members,
         configuration=args.configuration, plans=args.plans, folds=args.folds, combine=combine,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from nnunet_dro.commands.arg_types import non_negative_int, positive_int
 from nnunet_dro.commands.dataset_options import add_dataset_arguments
 
 KINDS = ("fetal", "brats")
@@ -21,11 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--kind", choices=KINDS, default="fetal",
                         help="which cohort (default: fetal)")
     add_dataset_arguments(parser, None)
-    parser.add_argument("--n-train", type=int, default=40, help="training cases (default 40)")
-    parser.add_argument("--n-test", type=int, default=30, help="test cases (default 30)")
-    parser.add_argument("--size", type=int, default=32,
+    parser.add_argument("--n-train", type=positive_int, default=40, help="training cases (default 40)")
+    parser.add_argument("--n-test", type=non_negative_int, default=30, help="test cases (default 30)")
+    parser.add_argument("--size", type=positive_int, default=32,
                         help="voxels per side of each cubic volume (default 32)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
     parser.add_argument("--train-mix", metavar="GROUP=FRACTION,...",
                         help="group shares in training, e.g. control=0.8,spina_bifida=0.12,"
                              "other=0.08 (fetal default) or site_A=0.55,site_B=0.4,site_C=0.05 "

@@ -18,6 +18,7 @@ interrupted run never leaves a folder that looks finished.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from nnunet_dro.atomic import check_output_folder
 from nnunet_dro.errors import UserError
 from nnunet_dro.workflows.nnunet_commands import run_nnunet
 
@@ -148,35 +150,25 @@ def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: s
     Returns ``(folders, result)``: method name -> prediction folder, and the evaluation result
     (or None).
     """
-    if not Path(images).is_dir():
-        raise UserError(f"input image folder {images} does not exist")
     output = Path(output)
-    (output / "predictions").mkdir(parents=True, exist_ok=True)
-    log_file = str(output / "nnunet_commands.log")
+    names = method_names(members, folds, combine, per_fold)
+    check_ensemble_inputs(env, dataset_id, images, output, members, configuration=configuration,
+                                   plans=plans, folds=folds, checkpoint=checkpoint, names=names,
+                                   num_processes=num_processes, evaluation=evaluation)
+    predictions = output / "predictions"
+    created = [p for p in (output, predictions) if not p.exists()]
+    predictions.mkdir(parents=True, exist_ok=True)
+    try:
+        folders = _predict_all(env, dataset_id, images, predictions, members, configuration=configuration,
+                               plans=plans, folds=folds, combine=combine, per_fold=per_fold, device=device,
+                               checkpoint=checkpoint, npp=npp, nps=nps, num_processes=num_processes,
+                               log_file=str(output / "nnunet_commands.log"), tta=tta, echo=echo)
+    except BaseException:
+        for folder in reversed(created):  # no empty folders from a failed run (the log is kept)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     say = echo or (lambda _: None)
-    needs_probabilities = {name for combo in combine for name in combo}
-    folders: dict[str, Path] = {}
-    for member in members:
-        model = trained_model_folder(env["nnUNet_results"], dataset_id, member.trainer, plans, configuration)
-        check_folds(model, folds, checkpoint)
-        say(f"[ensemble] predicting {member.name} ({member.trainer}, folds {' '.join(folds)})")
-        folders[member.name] = predict(
-            env, dataset_id, configuration, images, output / "predictions" / member.name, member.trainer,
-            folds, plans, device, member.name in needs_probabilities, checkpoint, npp, nps,
-            echo=None, log_file=log_file, tta=tta)
-    if per_fold and len(folds) > 1:
-        for member in members:
-            for fold in folds:
-                name = f"{member.name}_fold{fold}"
-                say(f"[ensemble] predicting {name}")
-                folders[name] = predict(env, dataset_id, configuration, images, output / "predictions" / name,
-                                        member.trainer, [fold], plans, device, False, checkpoint, npp, nps,
-                                        echo=None, log_file=log_file, tta=tta)
-    for combo in combine:
-        name = "+".join(combo)
-        say(f"[ensemble] averaging probabilities of {name}")
-        folders[name] = ensemble(env, [folders[m] for m in combo], output / "predictions" / name,
-                                 num_processes, echo=None, log_file=log_file)
     result = None
     if evaluation:
         from nnunet_dro.evaluation.api import evaluate
@@ -187,3 +179,75 @@ def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: s
         result = evaluate(reference, {name: str(folder) for name, folder in folders.items()},
                           str(output / "evaluation"), num_processes=num_processes, **kwargs)
     return folders, result
+
+
+def method_names(members: Sequence[Member], folds: Sequence[str], combine: Sequence[Sequence[str]],
+                 per_fold: bool) -> list[str]:
+    """The names of every prediction folder (and evaluated method), in the order they are made."""
+    names = [m.name for m in members]
+    if per_fold and len(folds) > 1:
+        names += [f"{m.name}_fold{fold}" for m in members for fold in folds]
+    return names + ["+".join(combo) for combo in combine]
+
+
+_IMAGE_FILE = re.compile(r"_\d{4}\.[A-Za-z.]+$")
+
+
+def check_ensemble_inputs(env: Mapping[str, str], dataset_id: int, images: str, output: Path,
+                          members: Sequence[Member], *, configuration: str, plans: str, folds: Sequence[str],
+                          checkpoint: str, names: Sequence[str], num_processes: int,
+                          evaluation: Mapping | None) -> dict[str, Path]:
+    """Everything ``run_ensemble`` can check before the first prediction; creates nothing.
+
+    The image folder, the output folder (``-o``: not a file, not below one, writable; its
+    ``predictions`` a folder; its ``evaluation`` report folder usable), every trained model and
+    fold checkpoint, and the evaluation options (``-ref``, ``-regions``, ``-groups`` ...) as
+    ``nnunet_dro evaluate`` checks them. Returns each member's model folder.
+    """
+    if not Path(images).is_dir():
+        raise UserError(f"input image folder {images} does not exist")
+    if not any(_IMAGE_FILE.search(p.name) for p in Path(images).iterdir() if p.is_file()):
+        raise UserError(f"input image folder {images} holds no images named like nnU-Net's CASE_0000.nii.gz")
+    check_output_folder(output)
+    for entry, kind in ((output / "predictions", "a folder"), (output / "nnunet_commands.log", "a file")):
+        if entry.exists() and entry.is_dir() != (kind == "a folder"):
+            raise UserError(f"-o {output}: {entry} exists and is not {kind}")
+    models = {}
+    for member in members:
+        models[member.name] = trained_model_folder(env["nnUNet_results"], dataset_id, member.trainer, plans,
+                                                   configuration)
+        check_folds(models[member.name], folds, checkpoint)
+    if evaluation:
+        from nnunet_dro.evaluation.api import check_inputs
+
+        options = {k: v for k, v in evaluation.items() if k not in ("reference", "strict")}
+        check_inputs(evaluation["reference"], names, str(output / "evaluation"), num_processes=num_processes,
+                     **options)
+    return models
+
+
+def _predict_all(env, dataset_id, images, predictions: Path, members, *, configuration, plans, folds,
+                 combine, per_fold, device, checkpoint, npp, nps, num_processes, log_file, tta, echo) -> dict:
+    say = echo or (lambda _: None)
+    needs_probabilities = {name for combo in combine for name in combo}
+    folders: dict[str, Path] = {}
+    for member in members:
+        say(f"[ensemble] predicting {member.name} ({member.trainer}, folds {' '.join(folds)})")
+        folders[member.name] = predict(
+            env, dataset_id, configuration, images, predictions / member.name, member.trainer,
+            folds, plans, device, member.name in needs_probabilities, checkpoint, npp, nps,
+            echo=None, log_file=log_file, tta=tta)
+    if per_fold and len(folds) > 1:
+        for member in members:
+            for fold in folds:
+                name = f"{member.name}_fold{fold}"
+                say(f"[ensemble] predicting {name}")
+                folders[name] = predict(env, dataset_id, configuration, images, predictions / name,
+                                        member.trainer, [fold], plans, device, False, checkpoint, npp, nps,
+                                        echo=None, log_file=log_file, tta=tta)
+    for combo in combine:
+        name = "+".join(combo)
+        say(f"[ensemble] averaging probabilities of {name}")
+        folders[name] = ensemble(env, [folders[m] for m in combo], predictions / name,
+                                 num_processes, echo=None, log_file=log_file)
+    return folders

@@ -1,8 +1,11 @@
 """`nnunet_dro ensemble`: argument parsing and the checks made before any prediction starts."""
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+import SimpleITK as sitk
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.workflows.ensemble import (Member, check_folds, parse_combinations, parse_members,
@@ -50,7 +53,7 @@ def test_trained_model_and_fold_checks(tmp_path):
 
 def test_cli_reports_a_missing_model_in_one_line(tmp_path):
     images = tmp_path / "imagesTs"
-    images.mkdir()
+    _write_nifti(images / "case_000_0000.nii.gz", np.zeros((4, 4, 4), np.float32))
     env = {"nnUNet_raw": str(tmp_path), "nnUNet_preprocessed": str(tmp_path), "nnUNet_results": str(tmp_path),
            "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "nnunet_dro", "ensemble", "-d", "5", "-i", str(images),
@@ -58,3 +61,78 @@ def test_cli_reports_a_missing_model_in_one_line(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip() == f"nnunet_dro ensemble: error: no results for dataset 5 in nnUNet_results={tmp_path}"
+
+
+def _write_nifti(path: Path, array: np.ndarray) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sitk.WriteImage(sitk.GetImageFromArray(array), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Two 'trained' trainers (fold 0 checkpoints; never loaded: every test fails before predicting),
+    a folder of test images, reference labels and a subgroup table."""
+    root = tmp_path_factory.mktemp("ensemble")
+    for trainer, folds in (("nnUNetTrainer", (0, 1)), ("nnUNetTrainerDRO", (0,))):
+        for fold in folds:
+            checkpoint = root / "results" / "Dataset005_X" / f"{trainer}__nnUNetPlans__3d_fullres" / \
+                f"fold_{fold}" / "checkpoint_final.pth"
+            checkpoint.parent.mkdir(parents=True)
+            checkpoint.write_bytes(b"")
+    for case in ("case_000", "case_001"):
+        _write_nifti(root / "imagesTs" / f"{case}_0000.nii.gz", np.zeros((4, 4, 4), np.float32))
+        _write_nifti(root / "labelsTs" / f"{case}.nii.gz", np.ones((4, 4, 4), np.uint8))
+    (root / "groups.tsv").write_text("case\tsite\ncase_000\tA\ncase_001\tB\n")
+    (root / "a_file").write_text("mine\n")
+    (root / "out_with_bad_report" / "evaluation" / "summary.json").mkdir(parents=True)
+    return root
+
+
+def _ensemble(root: Path, *args) -> subprocess.CompletedProcess:
+    env = {"nnUNet_raw": str(root), "nnUNet_preprocessed": str(root), "nnUNet_results": str(root / "results"),
+           "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "nnunet_dro", "ensemble", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+BAD_ENSEMBLE_ARGUMENTS = {  # name -> (arguments replacing the defaults, expected message after "error: ")
+    "-o is a file": ({"-o": "{root}/a_file"}, "-o {root}/a_file: exists and is not a folder"),
+    "-o below a file": ({"-o": "{root}/a_file/out"}, "-o {root}/a_file/out: {root}/a_file is a file, not a folder"),
+    "-o/evaluation holds a folder named like a report file": (
+        {"-o": "{root}/out_with_bad_report"},
+        "-o {root}/out_with_bad_report/evaluation: {root}/out_with_bad_report/evaluation/summary.json is a folder, "
+        "but the report writes a file of that name; rename or remove it"),
+    "missing -ref folder": ({"-ref": "{root}/labelsTr"}, "reference folder does not exist: {root}/labelsTr"),
+    "unknown -regions preset": ({"-regions": "fetal"}, "unknown region preset 'fetal'"),
+    "malformed -regions": ({"-regions": "WT=1,x"}, "-regions region 'WT': label values must be integers"),
+    "unknown --group-by column": ({"-groups": "{root}/groups.tsv", "--group-by": "centre"},
+                                  "no group column 'centre'"),
+    "missing -groups table": ({"-groups": "{root}/nope.tsv"}, "nope.tsv"),
+    "fold missing for the second trainer": ({"-f": "0 1"}, "nnUNetTrainerDRO__nnUNetPlans__3d_fullres: no "
+                                                           "checkpoint_final.pth for fold(s) 1"),
+    "image folder without images": ({"-i": "{root}/labelsTs"},
+                                    "input image folder {root}/labelsTs holds no images named like nnU-Net's "
+                                    "CASE_0000.nii.gz"),
+    "-np 0": ({"-np": "0"}, "argument -np: 0 is not a positive integer"),
+    "-d 1000": ({"-d": "1000"}, "argument -d: 1000 is not a dataset ID (1-999)"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_ENSEMBLE_ARGUMENTS))
+def test_cli_checks_every_argument_before_predicting_and_creates_nothing(trained, name):
+    """Each of these used to surface after hours of prediction, as a traceback, or left an empty
+    predictions/ folder behind."""
+    changes, message = BAD_ENSEMBLE_ARGUMENTS[name]
+    arguments = {"-d": "5", "-i": "{root}/imagesTs", "-o": "{root}/out", "-tr": "ERM=nnUNetTrainer DRO=nnUNetTrainerDRO",
+                 "-f": "0", "-device": "cpu", "-ref": "{root}/labelsTs", **changes}
+    args = [part.format(root=trained) for option, value in arguments.items() for part in [option, *value.split()]]
+    before = sorted(str(p) for p in trained.rglob("*"))
+    done = _ensemble(trained, *args)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("nnunet_dro ensemble: error: ") and message.format(root=trained) in last, last
+    assert "Traceback" not in done.stderr and "[ensemble] predicting" not in done.stdout
+    if not message.startswith("argument "):  # argparse errors print the usage first; ours are one line
+        assert done.stderr.strip().splitlines() == [last], done.stderr
+    assert sorted(str(p) for p in trained.rglob("*")) == before  # nothing created (no predictions/ folder)

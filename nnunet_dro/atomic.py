@@ -27,21 +27,28 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     'hello'
     """
     path = Path(path)
+    created = [p for p in path.absolute().parents if not p.exists()]  # removed again on failure
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     tmp.unlink()  # the caller creates a file or a folder there
+    done = False
     try:
         yield tmp
         if path.is_dir() and tmp.is_dir():
             shutil.rmtree(path)
         os.replace(tmp, path)
+        done = True
     finally:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists():
             tmp.unlink()
+        if not done:
+            for folder in created:  # innermost first
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

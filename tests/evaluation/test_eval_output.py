@@ -109,32 +109,55 @@ def test_update_swaps_the_whole_report_and_keeps_other_files(cohort, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no temporary folder beside it
 
 
-def test_failure_while_writing_leaves_the_previous_report_intact(cohort, tmp_path):
-    """A file size limit (like a full disk) makes the box plot fail after the CSV files are written."""
+def _limit_file_size():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failing write() instead of a killed process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+
+@pytest.fixture(scope="module")
+def matplotlib_config(tmp_path_factory) -> Path:
+    """A matplotlib config folder with its font cache already built (the cache is larger than the
+    file size limit below)."""
+    folder = tmp_path_factory.mktemp("mplconfig")
+    subprocess.run([str(PYTHON), "-c", "import matplotlib.pyplot"], check=True, timeout=120,
+                   env=dict(os.environ, MPLCONFIGDIR=str(folder)))
+    return folder
+
+
+def _run_with_file_size_limit(cohort, out, matplotlib_config) -> str:
+    """The CLI with files limited to 20 kB (like a full disk): the box plot PNG fails to be written
+    after the CSV files were. Returns the one line it printed."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", MPLCONFIGDIR=str(matplotlib_config))
+    done = subprocess.run([str(PYTHON), "-m", "nnunet_dro", "evaluate", *map(str, _args(cohort, "A", "B")),
+                           "-o", str(out)], capture_output=True, text=True, env=env, timeout=120,
+                          preexec_fn=_limit_file_size)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.replace("\r", "\n").splitlines()
+             if line.strip() and not line.lstrip().startswith("Reading cases")]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_failure_while_writing_leaves_the_previous_report_intact(cohort, tmp_path, matplotlib_config):
     out = tmp_path / "report"
     first = run_cli(*_args(cohort, "A"), "-o", out)
     assert first.returncode == 0, first.stderr
     (out / "notes.txt").write_text("mine\n")
     before = _tree(out)
     assert max(len(content) for content in before.values() if content) > 20_000  # the PNG
-
-    def limit_file_size():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failing write() instead of a killed process
-        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-
-    # (matplotlib's font cache was written by the first run, under the limit)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    done = subprocess.run([str(PYTHON), "-m", "nnunet_dro", "evaluate", *map(str, _args(cohort, "A", "B")),
-                           "-o", str(out)], capture_output=True, text=True, env=env, timeout=120,
-                          preexec_fn=limit_file_size)
-    assert done.returncode == 2, done.stderr
-    lines = [line for line in done.stderr.replace("\r", "\n").splitlines()
-             if line.strip() and not line.lstrip().startswith("Reading cases")]
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"{PREFIX}-o {out}: cannot write the report (File too large") and \
-        lines[0].endswith("; the previous report is unchanged"), lines[0]
+    line = _run_with_file_size_limit(cohort, out, matplotlib_config)
+    assert line.startswith(f"{PREFIX}-o {out}: cannot write the report (File too large") and \
+        line.endswith("; the previous report is unchanged"), line
     assert _tree(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_failure_while_writing_a_new_report_leaves_nothing(cohort, tmp_path, matplotlib_config):
+    out = tmp_path / "new" / "deeper" / "report"
+    line = _run_with_file_size_limit(cohort, out, matplotlib_config)
+    assert line.startswith(f"{PREFIX}-o {out}: cannot write the report (File too large") and \
+        line.endswith("; nothing was written"), line
+    assert list(tmp_path.iterdir()) == []  # not even the parent folders
 
 
 def test_report_into_the_current_folder(cohort, tmp_path):

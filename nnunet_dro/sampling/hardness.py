@@ -48,7 +48,8 @@ class HardnessWeightedSampler:
     """Per-volume hardness weighted sampler for KL distributionally robust optimisation.
 
     Args:
-        num_samples: number of training volumes ``n``.
+        num_cases: number of training volumes ``n`` (called ``num_samples`` before release 2;
+            that keyword and attribute still work, with a ``DeprecationWarning``, for one release).
         beta: inverse temperature; ``beta -> 0`` is uniform sampling (ERM). Paper default 100.
         init_loss: initial stale loss, a scalar (plus tiny seeded noise that breaks ties, at
             most ``1e-6 * max(1, |init_loss|)``) or a vector of ``n`` finite values (used as is).
@@ -85,26 +86,34 @@ class HardnessWeightedSampler:
     >>> s.close()
     """
 
-    def __init__(self, num_samples: int, beta: float = 100.0, init_loss: float | ArrayLike = 1.0,
+    def __init__(self, num_cases: int | None = None, beta: float = 100.0, init_loss: float | ArrayLike = 1.0,
                  importance_sampling: bool = True, clip: tuple[float, float] = (0.1, 10.0),
                  seed: int | None = None, shared: bool = False, divergence: str = "kl",
-                 warmup: bool = False):
-        num_samples = int(num_samples)
+                 warmup: bool = False, *, num_samples: int | None = None):
+        if num_samples is not None:
+            warnings.warn("HardnessWeightedSampler(num_samples=...) is deprecated: it is the number of training "
+                          "volumes, now called num_cases", DeprecationWarning, stacklevel=2)
+            if num_cases is not None and int(num_cases) != int(num_samples):
+                raise ValueError(f"num_cases={num_cases} and its deprecated name num_samples={num_samples} differ")
+            num_cases = num_samples
+        if num_cases is None:
+            raise TypeError("HardnessWeightedSampler needs num_cases, the number of training volumes")
+        num_cases = int(num_cases)
         if divergence not in DIVERGENCES:
             raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if num_cases < 1:
+            raise ValueError(f"num_cases must be >= 1, got {num_cases}")
         if not (math.isfinite(beta) and beta > 0):
             raise ValueError(f"beta must be a finite positive number, got {beta}")
         w_min, w_max = float(clip[0]), float(clip[1])
         if not (0 < w_min <= w_max < math.inf):
             raise ValueError(f"clip must satisfy 0 < w_min <= w_max < inf, got {clip}")
-        self.num_samples = num_samples
+        self.num_cases = num_cases
         self.importance_sampling = bool(importance_sampling)
         self.clip = (w_min, w_max)
         self.seed = seed
         self.divergence = divergence
-        self._storage = SamplerStorage(num_samples, shared=shared)
+        self._storage = SamplerStorage(num_cases, shared=shared)
         self._storage.header_float[BETA] = float(beta)
         self._rng = np.random.default_rng(seed)
         self._rng_pid = os.getpid()
@@ -119,9 +128,9 @@ class HardnessWeightedSampler:
             if not np.isfinite(init):
                 raise ValueError(f"init_loss must be finite, got {float(init)}")
             scale = 1e-6 * max(1.0, abs(float(init)))
-            return float(init) + self._rng.uniform(0.0, scale, self.num_samples)
-        if init.shape != (self.num_samples,):
-            raise ValueError(f"init_loss vector has shape {init.shape}, expected ({self.num_samples},)")
+            return float(init) + self._rng.uniform(0.0, scale, self.num_cases)
+        if init.shape != (self.num_cases,):
+            raise ValueError(f"init_loss vector has shape {init.shape}, expected ({self.num_cases},)")
         if not np.all(np.isfinite(init)):
             raise ValueError("init_loss vector contains NaN or inf")
         return init.copy()
@@ -132,7 +141,7 @@ class HardnessWeightedSampler:
     # is a full binary tree for any n, and keeps the state at 24 bytes per volume.
     def _rebuild(self, beta: float | None = None) -> None:
         """O(n): re-centre ``c`` on max(L) and recompute every internal node (for a new beta)."""
-        st, n = self._storage, self.num_samples
+        st, n = self._storage, self.num_cases
         beta = self.beta if beta is None else float(beta)
         centre = float(st.losses.max())
         full = np.empty(2 * n, dtype=np.float64)
@@ -172,14 +181,14 @@ class HardnessWeightedSampler:
             raise ValueError(f"batch_size must be >= 0, got {batch_size}")
         rng = self._process_rng()
         st = self._storage
-        if self.num_samples == 1 or batch_size == 0:
+        if self.num_cases == 1 or batch_size == 0:
             return np.zeros(batch_size, dtype=np.int64), self.beta
         if st.mv_header[WARMUP]:
             return self._sample_warmup(batch_size, rng), self.beta
         if self.divergence == "chi2":
-            return rng.choice(self.num_samples, batch_size, p=self.probabilities()), self.beta
+            return rng.choice(self.num_cases, batch_size, p=self.probabilities()), self.beta
         header, losses, tree, fheader = st.mv_header, st.mv_losses, st.mv_tree, st.mv_centre_view
-        n, exp = self.num_samples, math.exp
+        n, exp = self.num_cases, math.exp
         last_attempt = _READ_RETRIES - 1
         for attempt in range(_READ_RETRIES):
             seq = header[SEQUENCE]
@@ -207,7 +216,7 @@ class HardnessWeightedSampler:
     def _sample_warmup(self, batch_size: int, rng: np.random.Generator) -> NDArray[np.int64]:
         """Uniform over the volumes without a fresh loss yet (over all once every one has one)."""
         unseen = np.flatnonzero(self._storage.counts == 0)
-        pool = unseen if unseen.size else np.arange(self.num_samples)
+        pool = unseen if unseen.size else np.arange(self.num_cases)
         return pool[rng.integers(0, pool.size, batch_size)].astype(np.int64)
 
     @property
@@ -253,7 +262,7 @@ class HardnessWeightedSampler:
         p = chi2_dro_probabilities(losses, self.beta)
         # p_i = (1 + beta (L_i - lam)) / n on the active set: recover lam from any active volume
         j = int(np.argmax(p))
-        lam = losses[j] - (p[j] * self.num_samples - 1.0) / self.beta
+        lam = losses[j] - (p[j] * self.num_cases - 1.0) / self.beta
         w_min, w_max = self.clip
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             new = np.maximum(0.0, 1.0 + self.beta * (fresh - lam))
@@ -286,7 +295,7 @@ class HardnessWeightedSampler:
             return
         header, losses, tree, counts = st.mv_header, st.mv_losses, st.mv_tree, st.mv_counts
         centre = st.mv_centre_view[CENTRE]
-        n, beta, exp = self.num_samples, st.mv_centre_view[BETA], math.exp
+        n, beta, exp = self.num_cases, st.mv_centre_view[BETA], math.exp
         header[SEQUENCE] += 1  # seqlock: odd while writing
         highest = -math.inf
         for i, values in fresh_by_volume.items():
@@ -374,7 +383,7 @@ class HardnessWeightedSampler:
         p = self.probabilities()
         return {
             "entropy": entropy(p),
-            "max_entropy": math.log(self.num_samples),
+            "max_entropy": math.log(self.num_cases),
             "effective_sample_size": effective_sample_size(p),
             "max_probability": float(p.max()),
             "hardest": hardest(self.losses, k),
@@ -387,7 +396,7 @@ class HardnessWeightedSampler:
         st = self._storage
         return {
             "version": STATE_VERSION,
-            "num_samples": self.num_samples,
+            "num_cases": self.num_cases,
             "beta": self.beta,
             "importance_sampling": self.importance_sampling,
             "clip": tuple(self.clip),
@@ -400,15 +409,22 @@ class HardnessWeightedSampler:
             "warmup": self.in_warmup,
         }
 
+    @property
+    def num_samples(self) -> int:
+        """Deprecated name of :attr:`num_cases` (the number of volumes, not of draws)."""
+        warnings.warn("HardnessWeightedSampler.num_samples is deprecated: use num_cases", DeprecationWarning,
+                      stacklevel=2)
+        return self.num_cases
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore losses, counts and RNG state (beta, clip and IS stay as constructed; an adaptive
         scheme restores its beta with :meth:`set_beta`)."""
-        if int(state["num_samples"]) != self.num_samples:
-            raise ValueError(f"state is for {state['num_samples']} volumes, this sampler has "
-                             f"{self.num_samples}")
+        saved_n = int(state["num_cases"] if "num_cases" in state else state["num_samples"])  # release 1: num_samples
+        if saved_n != self.num_cases:
+            raise ValueError(f"state is for {saved_n} volumes, this sampler has {self.num_cases}")
         losses = np.asarray(state["losses"], dtype=np.float64)
-        if losses.shape != (self.num_samples,) or not np.all(np.isfinite(losses)):
-            raise ValueError("state 'losses' must be a finite vector of length num_samples")
+        if losses.shape != (self.num_cases,) or not np.all(np.isfinite(losses)):
+            raise ValueError("state 'losses' must be a finite vector of length num_cases")
         for key in ("beta", "importance_sampling", "divergence"):
             if key in state and state[key] != getattr(self, key):
                 warnings.warn(f"state was saved with {key}={state[key]}, sampler uses "
@@ -439,7 +455,7 @@ class HardnessWeightedSampler:
         return self._rng
 
     def __getstate__(self) -> dict[str, Any]:
-        config = {"num_samples": self.num_samples, "beta": self.beta,
+        config = {"num_cases": self.num_cases, "beta": self.beta,
                   "importance_sampling": self.importance_sampling, "clip": self.clip,
                   "seed": self.seed, "divergence": self.divergence}
         if self._storage.shared:
@@ -453,9 +469,9 @@ class HardnessWeightedSampler:
         self._rng = np.random.default_rng(self.seed)
         self._rng_pid = -1  # derive a per-process stream on first draw
         if "shm_name" in data:  # beta lives in the shared header
-            self._storage = SamplerStorage.attach(data["shm_name"], self.num_samples)
+            self._storage = SamplerStorage.attach(data["shm_name"], self.num_cases)
         else:
-            self._storage = SamplerStorage(self.num_samples)
+            self._storage = SamplerStorage(self.num_cases)
             self._storage.header_float[BETA] = beta
             self.load_state_dict(data["state"])
 
@@ -474,17 +490,17 @@ class HardnessWeightedSampler:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_samples={self.num_samples}, beta={self.beta}, "
+        return (f"{type(self).__name__}(num_cases={self.num_cases}, beta={self.beta}, "
                 f"importance_sampling={self.importance_sampling}, clip={self.clip}, "
                 f"divergence={self.divergence!r}, shared={self.shared})")
 
     def _check_batch(self, indices: ArrayLike, losses: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-        return check_batch(indices, losses, self.num_samples)
+        return check_batch(indices, losses, self.num_cases)
 
 
-def check_batch(indices: ArrayLike, losses: ArrayLike, num_samples: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+def check_batch(indices: ArrayLike, losses: ArrayLike, num_cases: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
     """Validated ``(indices, losses)``: int64 / float64 vectors of equal length, indices in
-    ``[0, num_samples)``. Shared by the sampler and the case-weighting schemes."""
+    ``[0, num_cases)``. Shared by the sampler and the case-weighting schemes."""
     idx = np.asarray(indices).reshape(-1)
     fresh = np.asarray(losses, dtype=np.float64).reshape(-1)
     if idx.shape != fresh.shape:
@@ -494,6 +510,6 @@ def check_batch(indices: ArrayLike, losses: ArrayLike, num_samples: int) -> tupl
     if idx.dtype.kind not in "iu":
         raise ValueError(f"indices must be integers, got dtype {idx.dtype}")
     as_list = idx.tolist()  # builtin min/max: faster than numpy's for a handful of values
-    if min(as_list) < 0 or max(as_list) >= num_samples:
-        raise IndexError(f"indices must lie in [0, {num_samples}), got [{min(as_list)}, {max(as_list)}]")
+    if min(as_list) < 0 or max(as_list) >= num_cases:
+        raise IndexError(f"indices must lie in [0, {num_cases}), got [{min(as_list)}, {max(as_list)}]")
     return idx.astype(np.int64, copy=False), fresh

@@ -135,9 +135,9 @@ class SamplerStorage:
     >>> t.close(); s.close()
     """
 
-    def __init__(self, num_samples: int, shared: bool = False, *, _attach_name: str | None = None):
-        self.num_samples = int(num_samples)
-        nbytes = 8 * (HEADER_SLOTS + 3 * self.num_samples)
+    def __init__(self, num_cases: int, shared: bool = False, *, _attach_name: str | None = None):
+        self.num_cases = int(num_cases)
+        nbytes = 8 * (HEADER_SLOTS + 3 * self.num_cases)
         self._shm: shared_memory.SharedMemory | None = None
         self._finalizer = None
         if _attach_name is not None:
@@ -157,12 +157,12 @@ class SamplerStorage:
         self._map(buffer)
 
     @classmethod
-    def attach(cls, name: str, num_samples: int) -> "SamplerStorage":
+    def attach(cls, name: str, num_cases: int) -> "SamplerStorage":
         """Map an existing shared block (in a worker process); never unlinks it."""
-        return cls(num_samples, _attach_name=name)
+        return cls(num_cases, _attach_name=name)
 
     def _map(self, buffer) -> None:
-        n = self.num_samples
+        n = self.num_cases
         self._buffer = buffer
         self.header_int = np.ndarray((HEADER_SLOTS,), np.int64, buffer, 0)
         self.header_float = np.ndarray((HEADER_SLOTS,), np.float64, buffer, 0)
@@ -193,7 +193,7 @@ class SamplerStorage:
     @property
     def nbytes(self) -> int:
         """Bytes of state (header included)."""
-        return 8 * (HEADER_SLOTS + 3 * self.num_samples)
+        return 8 * (HEADER_SLOTS + 3 * self.num_cases)
 
     def close(self) -> None:
         """Unmap; the owner process also unlinks a shared block. Idempotent."""

@@ -33,7 +33,7 @@ class nnUNetDataLoaderDRO(nnUNetDataLoader):
             ``case_ids[i]``); must be exactly the identifiers of ``data``.
         sampler: a (shared) :class:`~nnunet_dro.weighting.CaseWeighting` or
             :class:`~nnunet_dro.sampling.HardnessWeightedSampler` over ``len(case_ids)`` cases
-            (anything with ``num_cases``/``num_samples`` and ``sample_with_beta``).
+            (anything with ``num_cases`` and ``sample_with_beta``).
 
     The other arguments are nnU-Net's (``sampling_probabilities`` is not accepted: the sampler
     decides).
@@ -58,7 +58,7 @@ class nnUNetDataLoaderDRO(nnUNetDataLoader):
         case_ids = [str(c) for c in case_ids]
         if sorted(case_ids) != sorted(str(i) for i in data.identifiers):
             raise ValueError("case_ids must be exactly the identifiers of the training dataset")
-        size = getattr(sampler, "num_cases", None) or getattr(sampler, "num_samples")
+        size = sampler.num_cases
         if size != len(case_ids):
             raise ValueError(f"sampler has {size} volumes but there are {len(case_ids)} cases")
         self.case_ids = np.array(case_ids)

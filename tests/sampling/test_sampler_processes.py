@@ -51,7 +51,7 @@ def _hammer_draws(sampler, stop, results):
     total = 0
     while not stop.is_set():
         idx = sampler.sample(4)
-        bad += int(((idx < 0) | (idx >= sampler.num_samples)).sum())
+        bad += int(((idx < 0) | (idx >= sampler.num_cases)).sum())
         total += idx.size
     results.put((bad, total, bool(np.all(np.isfinite(sampler.probabilities())))))
 

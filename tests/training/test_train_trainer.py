@@ -47,7 +47,7 @@ def test_workers_follow_the_main_process_sampler(label_dataset, monkeypatch):
     try:
         assert isinstance(dl_tr, NonDetMultiThreadedAugmenter) and dl_tr.num_processes == 2
         s = trainer.case_weighting.sampler
-        n = s.num_samples
+        n = s.num_cases
         # batches that may have been drawn before an update: both queues, one in the hand-over
         # thread, one per worker (measured: exactly this many when the queues are full), plus a
         # margin of one per worker for a draw racing the update on a loaded machine
@@ -77,7 +77,7 @@ def test_train_step_updates_the_stale_losses_of_the_drawn_cases(label_dataset, m
         idx = trainer._batch_indices(batch["keys"])
         out = trainer.train_step(batch)
         after = np.array(s.losses)
-        untouched = np.setdiff1d(np.arange(s.num_samples), idx)
+        untouched = np.setdiff1d(np.arange(s.num_cases), idx)
         np.testing.assert_array_equal(after[untouched], before[untouched])
         assert np.all(after[idx] != before[idx]) and np.all(np.isfinite(after[idx]))
         assert s.draw_counts.sum() == len(idx)
@@ -99,7 +99,7 @@ def test_checkpoint_carries_dro_state_and_resume_restores_it_before_loaders(labe
     try:
         s = trainer.case_weighting.sampler
         rng = np.random.default_rng(1)
-        s.update(np.arange(s.num_samples), rng.uniform(-1, 0, s.num_samples))
+        s.update(np.arange(s.num_cases), rng.uniform(-1, 0, s.num_cases))
         s.update([0, 0, 1], [0.1, 0.3, -0.2])
         trainer._dro_history["epoch"].append(0)  # a recorded epoch survives the round trip
         for k in trainer._dro_history:

@@ -49,8 +49,8 @@ from torch import nn
 from nnunet_dro.atomic import atomic_path, write_text_atomic
 from nnunet_dro.errors import UserError
 from nnunet_dro.sampling import HardnessWeightedSampler
-from nnunet_dro.sampling.learning_to_reweight import learning_to_reweight
-from nnunet_dro.sampling.reweighting import DEFAULT_SCHEDULE, KLReweighter
+from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
+from nnunet_dro.weighting.kl_reweighter import DEFAULT_SCHEDULE, KLReweighter
 
 NUM_CLASSES = 10
 # Paper, section 4.1: lr 0.01, no momentum, no weight decay, no augmentation. It does not state
@@ -294,7 +294,7 @@ def balanced_validation_indices(labels: NDArray[np.int64], per_class: int, seed:
 
 class LearningToReweight(UniformSampling):
     """Learning to reweight (Ren et al., arXiv:1803.09050): uniform draws, per-batch weights from the look-ahead
-    core :func:`~nnunet_dro.sampling.learning_to_reweight.learning_to_reweight`.
+    core :func:`~nnunet_dro.weighting.learning_to_reweight.learning_to_reweight`.
 
     The clean validation set is ``per_class`` examples of each digit drawn (per training seed)
     from the *training split*, so the method sees no extra data: with 1 per class that is 10

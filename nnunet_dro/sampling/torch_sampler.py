@@ -30,12 +30,12 @@ update still feeds the sampler). The two reweighting methods draw uniformly, so 
 ``DataLoader(data, batch_size=32, shuffle=True)`` and weigh the fresh per-example losses:
 
 * KL-DRO by multiplicative weights (Sow et al., arXiv:2308.00311): ``rw = KLReweighter()`` (from
-  :mod:`nnunet_dro.sampling.reweighting`) once, then per step
+  :mod:`nnunet_dro.weighting.kl_reweighter`) once, then per step
   ``w = rw.weights(per_example.detach().cpu().numpy(), progress=step / num_steps)`` and
   ``loss = (torch.as_tensor(w, dtype=per_example.dtype) * per_example).mean()``.
 * Learning to reweight (Ren et al., arXiv:1803.09050): keep a small clean balanced batch ``x_val, y_val`` and per
   step ``w = learning_to_reweight(model, loss_fn, x, y, x_val, y_val, inner_lr=lr)`` (from
-  :mod:`nnunet_dro.sampling.learning_to_reweight`; ``loss_fn(outputs, targets)`` returns
+  :mod:`nnunet_dro.weighting.learning_to_reweight`; ``loss_fn(outputs, targets)`` returns
   per-example losses), then ``loss = (w * per_example).sum()``: the weights sum to 1 (or are all
   0, and the step does nothing). It costs about three plain steps.
 

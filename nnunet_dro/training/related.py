@@ -30,7 +30,7 @@ from torch import autocast
 from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
 from nnunetv2.utilities.helpers import dummy_context
 
-from nnunet_dro.sampling.learning_to_reweight import learning_to_reweight
+from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
 from nnunet_dro.training.trainer import nnUNetTrainerCaseWeighting, nnUNetTrainerDRO, nnUNetTrainerPerSampleLoss
 
 
@@ -122,7 +122,7 @@ def choose_validation_cases(training_cases: Sequence[str], fraction: float, mini
 class nnUNetTrainerL2RW(nnUNetTrainerPerSampleLoss):
     """Learning to reweight (Ren et al., arXiv:1803.09050): nnU-Net's uniform loader; for every training batch the
     case weights come from a one-step look-ahead and the gradient of the loss on a small clean
-    validation batch (:func:`~nnunet_dro.sampling.learning_to_reweight.learning_to_reweight`,
+    validation batch (:func:`~nnunet_dro.weighting.learning_to_reweight.learning_to_reweight`,
     ``w_i = max(0, -dL_val/d eps_i)`` normalised to sum 1, or all 0), then the step minimises
     ``sum_i(w_i * l_i)``.
 

@@ -17,6 +17,10 @@ One interface (:class:`CaseWeighting`: ``sample_with_beta``, ``weights``, ``upda
 >>> w = scheme.weights(idx, [0.4, 0.9], beta)
 >>> scheme.update(idx, [0.4, 0.9], beta)
 >>> scheme.close()
+
+The arithmetic cores of the schemes that weight without sampling live here too:
+:class:`~nnunet_dro.weighting.kl_reweighter.KLReweighter` (KL-DRO by multiplicative weights) and
+:func:`~nnunet_dro.weighting.learning_to_reweight.learning_to_reweight` (imports torch).
 """
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights
 from nnunet_dro.weighting.hardness import AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting

@@ -1,7 +1,7 @@
 """KL-DRO by multiplicative weights on uniform draws (Sow et al., "Doubly Robust
 Instance-Reweighted Adversarial Training", ICLR 2024): ``w_i = exp(l_i / r) / u`` with ``u`` a
 running mean of ``exp(l / r)`` and ``r = 1 / beta`` annealed on a schedule
-(:class:`~nnunet_dro.sampling.reweighting.KLReweighter` holds the arithmetic).
+(:class:`~nnunet_dro.weighting.kl_reweighter.KLReweighter` holds the arithmetic).
 
 As a :class:`~nnunet_dro.weighting.base.CaseWeighting` it draws uniformly (the trainer keeps
 nnU-Net's loader) and keeps the latest loss and the count of every case for the hardness report.
@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from nnunet_dro.sampling.reweighting import KLReweighter
+from nnunet_dro.weighting.kl_reweighter import KLReweighter
 from nnunet_dro.weighting.base import CaseWeighting, check_batch
 
 STATE_VERSION = 2

@@ -14,7 +14,7 @@ import torch
 
 from nnunet_dro.experiments import digits
 from nnunet_dro.sampling.distributions import chi2_dro_probabilities, kl_dro_probabilities
-from nnunet_dro.sampling.learning_to_reweight import learning_to_reweight
+from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
 
 RELATED = ["dro-warmup-beta10", "dro-chi2-beta1", "dro-chi2-beta10", "dro-chi2-warmup", "kl-reweight",
            "kl-reweight-beta10", "l2rw"]

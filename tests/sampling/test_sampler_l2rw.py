@@ -1,7 +1,7 @@
 """Learning to reweight: the look-ahead derivative equals minus the gradient alignment."""
 import torch
 
-from nnunet_dro.sampling.learning_to_reweight import learning_to_reweight
+from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
 
 
 def per_example_mse(outputs, targets):

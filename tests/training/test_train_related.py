@@ -124,7 +124,7 @@ def test_reweight_schedule_is_increasingly_robust_and_the_reweighter_follows_it(
     temperatures = [r for _, r in cls.reweight_schedule]
     assert starts[0] == 0.0 and starts == sorted(starts)
     assert temperatures == sorted(temperatures, reverse=True)  # r decreases: beta = 1/r grows
-    from nnunet_dro.sampling.reweighting import KLReweighter
+    from nnunet_dro.weighting.kl_reweighter import KLReweighter
     rw = KLReweighter(cls.reweight_schedule, cls.reweight_momentum, cls.reweight_clip)
     losses = np.array([0.1, 0.4])  # a spread typical of nnU-Net's Dice+CE per case
     early, late = rw.weights(losses, progress=0.0), rw.weights(losses, progress=0.99)
@@ -252,7 +252,7 @@ def test_l2rw_weights_on_an_nnunet_unet_leave_its_parameters_in_place():
     from nnunetv2.training.loss.deep_supervision import DeepSupervisionWrapper
     from nnunetv2.training.loss.dice import MemoryEfficientSoftDiceLoss
 
-    from nnunet_dro.sampling.learning_to_reweight import learning_to_reweight
+    from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
     from nnunet_dro.training.losses import per_sample_loss_from_nnunet
 
     torch.manual_seed(0)

@@ -46,7 +46,7 @@ def _start(ref, pred, out) -> tuple[RunningCli, set[str], dict[int, int]]:
     cli = RunningCli("evaluate", "-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "2",
                      "--metrics", "dice", "hd95", env=_env())
     cli.wait_for(_reading_started)
-    workers = cli.wait_for(lambda c: len(_workers(c)) == 2 and _workers(c))
+    cli.wait_for(lambda c: len(_workers(c)) == 2)
     tree = descendants_of(cli.process.pid)
     semaphores = set().union(*(semaphores_of(p) for p in [cli.process.pid, *tree]))
     assert semaphores, "expected the pool's queues to hold named semaphores"
@@ -75,7 +75,6 @@ def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, t
     assert code == 2, cli.stderr
     lines = [line for line in re.split(r"[\r\n]", cli.stderr) if line.strip()
              and not line.lstrip().startswith("Reading cases")]
-    print(lines)
     assert len(lines) == 1, cli.stderr  # one line: no traceback, no resource-tracker warning
     assert re.fullmatch(r"nnunet_dro evaluate: error: a worker process died while (reading case case_\d{3}|"
                         r"the cases case_\d{3}(, case_\d{3})+ were being read) \(killed by a signal.*", lines[0]), \

@@ -9,6 +9,7 @@ Use them with nnU-Net's own commands::
     export nnUNet_extTrainer=$(nnunet_dro trainer-dir)
     nnUNetv2_train DATASET 3d_fullres 0 -tr nnUNetTrainerDRO
 """
+from nnunet_dro.training.cohort import nnUNetTrainerCaseWeights, nnUNetTrainerGroupBalanced, nnUNetTrainerGroupDRO
 from nnunet_dro.training.related import (nnUNetTrainerDRO_warmup, nnUNetTrainerDROChi2,
                                          nnUNetTrainerDROChi2_noWarmup, nnUNetTrainerDROReweight, nnUNetTrainerL2RW)
 from nnunet_dro.training.trainer import (DRO_STATE_KEY, nnUNetTrainerCaseWeighting, nnUNetTrainerConfigurableSGD,
@@ -32,6 +33,9 @@ from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDR
 __all__ = [
     "DRO_STATE_KEY",
     "nnUNetTrainerCaseWeighting",
+    "nnUNetTrainerCaseWeights",
+    "nnUNetTrainerGroupBalanced",
+    "nnUNetTrainerGroupDRO",
     "nnUNetTrainerDROAdaptive",
     "nnUNetTrainerDROAdaptive_f25",
     "nnUNetTrainerDROAdaptive_f50",

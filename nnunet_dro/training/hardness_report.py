@@ -4,9 +4,13 @@
   ``case, stale_loss, probability, times_drawn`` (final stale loss, sampling probability
   ``softmax(beta * L)``, number of fresh losses the case contributed). Cases a model finds hard
   are often label errors or rare anatomy: look at the top rows.
+  Schemes with groups (group-balanced sampling, group DRO, case weights with groups) add a
+  ``group`` column.
+- ``dro_groups.csv`` (schemes with groups): one row per group: ``group, cases, probability,
+  times_drawn`` and, for group DRO, ``q`` (the current group weight).
 - ``dro_progress.png``: the per-epoch sampler statistics: beta in force, perplexity ``exp(H(p))``
   and effective sample size ``1/sum(p^2)`` as fractions of ``n``, max p, fraction of clipped
-  importance weights.
+  importance weights; with groups, the share of draws per group (and group DRO's ``q``).
 
 Both files are written atomically, so a crash mid-write never leaves a truncated report.
 """
@@ -21,13 +25,15 @@ import pandas as pd
 from nnunet_dro.atomic import atomic_path
 
 HARDNESS_CSV = "dro_hardness.csv"
+GROUPS_CSV = "dro_groups.csv"
 PROGRESS_PNG = "dro_progress.png"
 CSV_COLUMNS = ("case", "stale_loss", "probability", "times_drawn")
 
 
 def hardness_table(case_ids: Sequence[str], stale_losses: Sequence[float], probabilities: Sequence[float],
-                   times_drawn: Sequence[int]) -> pd.DataFrame:
-    """One row per case, hardest (highest stale loss) first; ties keep the case order.
+                   times_drawn: Sequence[int], groups: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per case, hardest (highest stale loss) first; ties keep the case order. With
+    ``groups``, a ``group`` column.
 
     >>> hardness_table(["a", "b"], [0.1, 0.5], [0.2, 0.8], [3, 1])["case"].tolist()
     ['b', 'a']
@@ -41,13 +47,41 @@ def hardness_table(case_ids: Sequence[str], stale_losses: Sequence[float], proba
         "probability": np.asarray(probabilities, dtype=np.float64),
         "times_drawn": np.asarray(times_drawn, dtype=np.int64),
     })
+    if groups is not None:
+        if len(groups) != n:
+            raise ValueError("groups must have one label per case")
+        table["group"] = [str(g) for g in groups]
     return table.sort_values("stale_loss", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def write_hardness_csv(path: str | os.PathLike, table: pd.DataFrame) -> None:
     """Write the table of :func:`hardness_table` atomically (full float precision)."""
+    columns = list(CSV_COLUMNS) + (["group"] if "group" in table.columns else [])
     with atomic_path(path) as tmp:
-        table.loc[:, list(CSV_COLUMNS)].to_csv(tmp, index=False, float_format="%.10g")
+        table.loc[:, columns].to_csv(tmp, index=False, float_format="%.10g")
+
+
+def group_table(case_table: pd.DataFrame, group_weights: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """Per group: number of cases, total draw probability, draws (and ``q`` if given).
+
+    >>> cases = hardness_table(["a", "b", "c"], [0.1, 0.5, 0.3], [0.25, 0.25, 0.5], [2, 1, 4], ["x", "x", "y"])
+    >>> table = group_table(cases)
+    >>> table["group"].tolist(), table["cases"].tolist(), table["times_drawn"].tolist()
+    (['x', 'y'], [2, 1], [3, 4])
+    """
+    grouped = case_table.groupby("group", sort=True)
+    table = pd.DataFrame({"group": list(grouped.groups), "cases": grouped.size().to_numpy(),
+                          "probability": grouped["probability"].sum().to_numpy(),
+                          "times_drawn": grouped["times_drawn"].sum().to_numpy()})
+    if group_weights is not None:
+        table["q"] = [float(group_weights.get(g, np.nan)) for g in table["group"]]
+    return table
+
+
+def write_group_csv(path: str | os.PathLike, table: pd.DataFrame) -> None:
+    """Write the table of :func:`group_table` atomically."""
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False, float_format="%.10g")
 
 
 def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], num_cases: int) -> None:
@@ -74,6 +108,16 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
     ess = series("ess_fraction")
     if ess is None and series("effective_sample_size") is not None and num_cases > 0:
         ess = series("effective_sample_size") / num_cases
+    def per_group(key: str, as_share: bool) -> list:
+        values = history.get(key)
+        if values is None or len(values) != len(epochs) or not any(v for v in values):
+            return []
+        names = sorted({g for v in values if v for g in v})
+        rows = [v or {} for v in values]
+        totals = [sum(r.values()) or np.nan for r in rows] if as_share else [1.0] * len(rows)
+        return [(g, np.array([r.get(g, np.nan) / t for r, t in zip(rows, totals)], dtype=np.float64))
+                for g in names]
+
     panels = [
         ("beta in force", [("beta", series("beta"))], None),
         ("spread of p over the cases (fraction of n)",
@@ -81,9 +125,15 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
         ("max p", [("max p", series("max_probability"))], 1.0 / num_cases if num_cases > 0 else None),
         ("fraction of clipped importance weights", [("clipped", series("clipped_fraction"))], None),
     ]
+    group_draws = per_group("group_draws", as_share=True)
+    if group_draws:
+        panels.append(("share of the epoch's draws per group", group_draws, None))
+    group_weights = per_group("group_weights", as_share=False)
+    if group_weights:
+        panels.append(("group DRO weight q per group", group_weights, None))
     # nnU-Net's logger switches seaborn's large-font style on globally: draw in matplotlib's default
     with plt.style.context("default"):
-        fig, axes = plt.subplots(len(panels), 1, figsize=(10, 12), sharex=True)
+        fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3 * len(panels)), sharex=True)
         for ax, (title, lines, reference) in zip(axes, panels):
             drawn = False
             for label, values in lines:

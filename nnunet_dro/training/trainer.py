@@ -38,6 +38,7 @@ subclasses in their own ``nnUNet_extTrainer`` folder work the same way::
 from __future__ import annotations
 
 import math
+import os
 from copy import deepcopy
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -46,20 +47,25 @@ import torch
 from batchgenerators.utilities.file_and_folder_operations import join
 from torch import autocast, nn
 
+from nnunetv2.paths import nnUNet_raw
 from nnunetv2.training.lr_scheduler.polylr import PolyLRScheduler
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 from nnunetv2.utilities.helpers import dummy_context
 
 from nnunet_dro.sampling import all_gather_updates
+from nnunet_dro.training.case_tables import (CASE_WEIGHTS_ENV, CASE_WEIGHTS_FILENAME, GROUP_COLUMN_ENV,
+                                             SUBGROUPS_ENV, SUBGROUPS_FILENAME, find_case_table, read_case_groups,
+                                             read_case_weights)
 from nnunet_dro.training.dataloading import nnUNetDataLoaderDRO
-from nnunet_dro.training.hardness_report import (HARDNESS_CSV, PROGRESS_PNG, hardness_table,
-                                                 plot_dro_progress, write_hardness_csv)
+from nnunet_dro.training.hardness_report import (GROUPS_CSV, HARDNESS_CSV, PROGRESS_PNG, group_table, hardness_table,
+                                                 plot_dro_progress, write_group_csv, write_hardness_csv)
 from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloaders, checkpoint_contents,
                                                read_checkpoint, save_checkpoint_atomic)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
 from nnunet_dro.training.stability import pseudo_dice_history, stability_line
-from nnunet_dro.weighting import (AdaptiveHardnessWeighting, CaseWeighting, Chi2HardnessWeighting,
-                                  HardnessWeighting, ImportanceWeights, KLReweighting)
+from nnunet_dro.weighting import (AdaptiveHardnessWeighting, CaseWeighting, Chi2HardnessWeighting, FixedWeighting,
+                                  GroupBalancedWeighting, GroupDROWeighting, HardnessWeighting, ImportanceWeights,
+                                  KLReweighting)
 
 #: Checkpoint key of the sampler state (stale losses, draw counts, RNG state, statistics).
 DRO_STATE_KEY = "dro_state"
@@ -69,9 +75,11 @@ DEFAULT_INIT_LOSS = 100.0
 
 HISTORY_KEYS = ("epoch", "entropy", "max_entropy", "perplexity_fraction", "effective_sample_size", "ess_fraction",
                 "max_probability", "beta", "clipped_fraction", "mean_raw_weight", "max_raw_weight", "num_weights",
-                "robust_loss", "mean_stale_loss", "num_skipped", "hardest")
+                "robust_loss", "mean_stale_loss", "num_skipped", "hardest", "group_draws", "group_weights")
 #: Case-weighting schemes a trainer can name in ``dro_scheme``.
-SCHEMES = ("kl", "kl_adaptive", "chi2", "kl_reweight")
+SCHEMES = ("kl", "kl_adaptive", "chi2", "kl_reweight", "case_weights", "group_balanced", "group_dro")
+#: Schemes whose weighting comes from a table of the user's (read before training starts).
+TABLE_SCHEMES = ("case_weights", "group_balanced", "group_dro")
 
 
 class nnUNetTrainerConfigurableSGD(nnUNetTrainer):
@@ -182,7 +190,11 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
 
     - ``dro_scheme``: ``"kl"`` (Algorithm 1, fixed ``dro_beta``), ``"kl_adaptive"`` (scale-free beta:
       ``dro_fraction``, ``dro_beta_max``, ``dro_beta_rule``, ``dro_kappa``), ``"chi2"`` (Pearson
-      chi-square DRO with ``dro_beta``), ``"kl_reweight"`` (uniform draws, ``reweight_*``).
+      chi-square DRO with ``dro_beta``), ``"kl_reweight"`` (uniform draws, ``reweight_*``), and the
+      schemes that use what the user knows (tables found as :mod:`nnunet_dro.training.case_tables`
+      describes): ``"case_weights"`` (draws proportional to ``case_weights.tsv``),
+      ``"group_balanced"`` and ``"group_dro"`` (groups of ``subgroups.tsv``, column
+      ``dro_group_column`` or the first; group DRO step size ``dro_group_eta``).
     - ``dro_importance_sampling``, ``dro_clip``, ``dro_is_first_draw_one``, ``dro_is_self_normalise``:
       the importance weights (:class:`~nnunet_dro.weighting.ImportanceWeights`).
     - ``dro_warmup``: a uniform pass that gives every case a fresh loss first.
@@ -210,6 +222,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     dro_loss_smoothing: float = 1.0
     dro_init_loss: Optional[float] = None
     dro_seed: Optional[int] = None
+    dro_group_column: Optional[str] = None
+    dro_group_eta: float = 0.01
     dro_num_hardest_logged: int = 5
     dro_write_report_every_epoch: bool = True
     reweight_schedule: Tuple[Tuple[float, float], ...] = ((0.0, 1.0), (1 / 3, 0.1), (2 / 3, 0.03))
@@ -252,6 +266,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         common = dict(init_loss=init, importance=importance, seed=seed, shared=True, warmup=self.dro_warmup,
                       loss_smoothing=self.dro_loss_smoothing)
         scheme = self.scheme
+        if scheme in TABLE_SCHEMES:
+            return self._build_table_weighting(scheme, seed)
         if scheme == "kl":
             return HardnessWeighting(num_cases, beta=self.dro_beta, **common)
         if scheme == "chi2":
@@ -262,6 +278,24 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                                              uniform_until=self.dro_uniform_until, **common)
         return KLReweighting(num_cases, schedule=self.reweight_schedule, momentum=self.reweight_momentum,
                              clip=self.reweight_clip, seed=seed)
+
+    def _build_table_weighting(self, scheme: str, seed: Optional[int]) -> CaseWeighting:
+        """Fixed case weights, group-balanced sampling or group DRO, from the user's tables."""
+        all_cases = [str(c) for c in self.dataset_class.get_identifiers(self.preprocessed_dataset_folder)]
+        where = dict(dataset_name=self.plans_manager.dataset_name,
+                     preprocessed_base=os.path.dirname(self.preprocessed_dataset_folder_base), raw_base=nnUNet_raw)
+        if scheme == "case_weights":
+            path = find_case_table(CASE_WEIGHTS_FILENAME, CASE_WEIGHTS_ENV, **where)
+            weights = read_case_weights(path, self.dro_case_ids, all_cases)
+            self.print_to_log_file(f"DRO: case weights from {path}")
+            return FixedWeighting(weights, seed=seed, shared=True)
+        path = find_case_table(SUBGROUPS_FILENAME, SUBGROUPS_ENV, **where)
+        column, groups = read_case_groups(path, self.dro_case_ids,
+                                          os.environ.get(GROUP_COLUMN_ENV) or self.dro_group_column)
+        self.print_to_log_file(f"DRO: groups from column {column!r} of {path}")
+        if scheme == "group_balanced":
+            return GroupBalancedWeighting(groups, seed=seed, shared=True)
+        return GroupDROWeighting(groups, eta=self.dro_group_eta, seed=seed, shared=True)
 
     def _create_case_weighting(self, case_ids: Sequence[str]) -> None:
         self._close_case_weighting()
@@ -356,6 +390,10 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             f"robust loss {stats['robust_loss']:.4f}, mean stale loss {stats['mean_stale_loss']:.4f}"
             + (f", skipped non-finite losses {stats['num_skipped']}" if stats['num_skipped'] else ""))
         self.print_to_log_file("DRO: hardest cases: " + ", ".join(f"{c} ({v:.4f})" for c, v in hardest))
+        if stats.get("group_draws") is not None:
+            q = stats.get("group_weights") or {}
+            self.print_to_log_file("DRO: draws per group this epoch: " + ", ".join(
+                f"{g} {d}" + (f" (q {q[g]:.3f})" if g in q else "") for g, d in stats["group_draws"].items()))
 
     def on_epoch_end(self):
         super().on_epoch_end()
@@ -377,8 +415,13 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         if self.local_rank != 0 or self.case_weighting is None:
             return
         w = self.case_weighting
-        table = hardness_table(self.dro_case_ids, np.array(w.losses), w.probabilities(), np.array(w.draw_counts))
+        groups = getattr(w, "groups", None)
+        table = hardness_table(self.dro_case_ids, np.array(w.losses), w.probabilities(), np.array(w.draw_counts),
+                               groups=groups)
         write_hardness_csv(join(self.output_folder, HARDNESS_CSV), table)
+        if groups is not None:
+            q = w.group_weights() if hasattr(w, "group_weights") else None
+            write_group_csv(join(self.output_folder, GROUPS_CSV), group_table(table, q))
         plot_dro_progress(join(self.output_folder, PROGRESS_PNG), self._dro_history, len(self.dro_case_ids))
 
     # ------------------------------------------------------------------ checkpoint

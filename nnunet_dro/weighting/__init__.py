@@ -9,6 +9,9 @@ One interface (:class:`CaseWeighting`: ``sample_with_beta``, ``weights``, ``upda
 | ``AdaptiveHardnessWeighting``  | ``softmax(beta_t L)``, beta_t scale-free | importance weights at draw-time beta |
 | ``Chi2HardnessWeighting``      | clipped linear (chi-square DRO) | ratio of chi-square probabilities     |
 | ``KLReweighting``              | uniform                       | ``exp(l / r) / u``                        |
+| ``FixedWeighting``             | fixed, proportional to user weights | 1                                 |
+| ``GroupBalancedWeighting``     | each group equally often      | 1                                         |
+| ``GroupDROWeighting``          | each group equally often      | ``G q_g``, online group DRO               |
 
 >>> from nnunet_dro.weighting import AdaptiveHardnessWeighting, ImportanceWeights
 >>> scheme = AdaptiveHardnessWeighting(10, fraction=0.5, seed=0,
@@ -24,7 +27,8 @@ The arithmetic cores of the schemes that weight without sampling live here too:
 """
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights
 from nnunet_dro.weighting.hardness import AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting
+from nnunet_dro.weighting.groups import FixedWeighting, GroupBalancedWeighting, GroupDROWeighting
 from nnunet_dro.weighting.reweighting import KLReweighting
 
 __all__ = ["CaseWeighting", "ImportanceWeights", "HardnessWeighting", "AdaptiveHardnessWeighting",
-           "Chi2HardnessWeighting", "KLReweighting"]
+           "Chi2HardnessWeighting", "KLReweighting", "FixedWeighting", "GroupBalancedWeighting", "GroupDROWeighting"]

@@ -23,7 +23,8 @@ import os
 import numpy as np
 import torch
 
-from nnunet_dro.training import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive
+from nnunet_dro.training import (nnUNetTrainerCaseWeights, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive,
+                                 nnUNetTrainerGroupDRO)
 
 
 class TestSize:
@@ -55,6 +56,14 @@ class nnUNetTrainerDRO_e2eTest(TestSize, nnUNetTrainerDRO):
 
 
 class nnUNetTrainerDROAdaptive_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
+    pass
+
+
+class nnUNetTrainerGroupDRO_e2eTest(TestSize, nnUNetTrainerGroupDRO):
+    dro_group_eta = 0.5  # moves q visibly within a few iterations
+
+
+class nnUNetTrainerCaseWeights_e2eTest(TestSize, nnUNetTrainerCaseWeights):
     pass
 '''
 

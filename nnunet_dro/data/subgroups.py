@@ -4,7 +4,8 @@ Format (documented in ``data_docs/subgroup_table.md``): tab-separated UTF-8 text
 row; the first column is ``case``, the nnU-Net case identifier (the file name of the label without
 ``.nii.gz``); every other column is a grouping variable, categorical (``condition``, ``centre``,
 ``grade``, ``split``) or numeric (``gestational_age`` in weeks). Unknown values are empty cells
-(the reader also accepts ``n/a``, ``NA`` and ``N/A``). Rows are sorted by case.
+(the reader also accepts ``n/a``, ``NA`` and ``N/A``). Rows are sorted by case. Reading goes
+through :mod:`nnunet_dro.tables`, the reader the evaluation uses too.
 
 >>> import pandas as pd, tempfile, pathlib
 >>> table = pd.DataFrame({"case": ["b", "a"], "condition": ["control", "spina_bifida"]})
@@ -24,6 +25,7 @@ import pandas as pd
 
 from nnunet_dro.atomic import write_text_atomic
 from nnunet_dro.errors import UserError
+from nnunet_dro.tables import CaseTableError, DuplicateCases, MissingCaseColumn, numeric_columns, read_case_table
 
 SUBGROUPS_FILENAME = "subgroups.tsv"
 CASE_COLUMN = "case"
@@ -40,25 +42,20 @@ def write_subgroups(path: str | os.PathLike, table: pd.DataFrame) -> None:
 
 
 def read_subgroups(path: str | os.PathLike, case_column: str = CASE_COLUMN) -> pd.DataFrame:
-    """Read a subgroup table (``.tsv``, or ``.csv`` with commas); UserError if it is malformed.
+    """Read a subgroup table (``.tsv``, or ``.csv`` with commas) with the package's one case-table
+    reader (:func:`nnunet_dro.tables.read_case_table`); UserError if it is malformed.
 
     Returns a DataFrame with column ``case`` (renamed from ``case_column``) as strings; numeric
     group columns come back as numbers, ``n/a`` and empty cells as NaN.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: subgroup table not found")
-    separator = "," if path.suffix.lower() == ".csv" else "\t"
     try:
-        table = pd.read_csv(path, sep=separator, dtype={case_column: str},
-                            na_values=["n/a", "NA", "N/A", ""], keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: cannot parse subgroup table ({str(e).splitlines()[0]})") from None
-    if case_column not in table.columns:
-        raise UserError(f"{path}: no column {case_column!r} (columns: {list(table.columns)})")
+        table = read_case_table(path, case_column, what="subgroup table", default_separator="\t")
+    except MissingCaseColumn as e:
+        raise CaseTableError(f"{path}: no column {case_column!r} (columns: {e.columns})") from None
+    except DuplicateCases as e:
+        raise CaseTableError(f"{path}: duplicate case rows {e.cases[:5]}") from None
     table = table.rename(columns={case_column: CASE_COLUMN})
-    _validate(table, path)
-    return table
+    return numeric_columns(table, skip=[CASE_COLUMN])
 
 
 def _validate(table: pd.DataFrame, path: Path) -> None:

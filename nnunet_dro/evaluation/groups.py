@@ -20,8 +20,6 @@ reference file are reported.
 """
 from __future__ import annotations
 
-import csv
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,10 +27,9 @@ import pandas as pd
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.io import split_case_id
+from nnunet_dro.tables import read_case_table
 
 ALL = "all"
-# Cells meaning "unknown" (as in data_docs/subgroup_table.md): such a case is in no group of that column.
-MISSING_VALUES = ("", "n/a", "NA", "N/A")
 
 
 @dataclass(frozen=True)
@@ -104,51 +101,20 @@ class GroupAssignment:
 
 
 def read_group_table(path: str, case_column: str) -> pd.DataFrame:
-    """Read the table (all cells as text), checking the case column and duplicate rows."""
-    if not os.path.isfile(path):
-        raise UserError(f"group table not found: {path}")
-    lower = path.lower()
-    if lower.endswith((".tsv", ".tab")):
-        sep = "\t"
-    elif lower.endswith(".csv"):
-        sep = ","
-    else:
-        raise UserError(f"group table {path}: expected a .csv or .tsv file")
-    # The csv module, not pandas: pandas silently turns extra fields into an index.
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            rows = [(number, row) for number, row in enumerate(csv.reader(f, delimiter=sep), start=1)
-                    if any(cell.strip() for cell in row)]
-    except (UnicodeDecodeError, csv.Error) as e:
-        raise UserError(f"malformed group table {path}: {e}") from None
-    if not rows:
-        raise UserError(f"group table {path} is empty")
-    header = [cell.strip() for cell in rows[0][1]]
-    for number, row in rows[1:]:
-        if len(row) != len(header):
-            raise UserError(f"malformed group table {path}: line {number} has {len(row)} fields, the header has "
-                            f"{len(header)}")
-    if len(set(header)) != len(header) or "" in header:
-        raise UserError(f"malformed group table {path}: empty or repeated column names in the header")
-    table = pd.DataFrame([[cell.strip() for cell in row] for _, row in rows[1:]], columns=header, dtype=str)
-    table = table.replace(list(MISSING_VALUES), np.nan)
-    line_numbers = [number for number, _ in rows[1:]]
-    if case_column not in table.columns:
-        raise UserError(f"group table {path}: no case column {case_column!r} (columns: "
-                        f"{', '.join(table.columns)}; use --case-column, or check the separator)")
+    """Read the table (all cells as text) with the package's one case-table reader
+    (:func:`nnunet_dro.tables.read_case_table`): the case column checked, file endings stripped
+    from the case identifiers, duplicate rows refused. Indexed by case."""
+    table = read_case_table(path, case_column, what="group table", normalise_case=_case_id,
+                            case_column_hint="use --case-column, or check the separator")
     if table.empty:
         raise UserError(f"group table {path} has no rows")
-    cases = table[case_column].fillna("").str.strip()
-    if (cases == "").any():
-        line = line_numbers[int(np.flatnonzero((cases == "").to_numpy())[0])]
-        raise UserError(f"group table {path}: empty case identifier on line {line}")
-    cases = cases.map(lambda c: split_case_id(c)[0] if split_case_id(c) else c)
-    duplicated = sorted(set(cases[cases.duplicated()]))
-    if duplicated:
-        raise UserError(f"group table {path}: duplicate rows for case(s) {', '.join(duplicated[:5])}"
-                        f"{' ...' if len(duplicated) > 5 else ''}")
-    table[case_column] = cases
     return table.set_index(case_column, drop=False)
+
+
+def _case_id(name: str) -> str:
+    """``case_001.nii.gz`` -> ``case_001``; a name without a known ending stays as it is."""
+    split = split_case_id(name)
+    return split[0] if split else name
 
 
 def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases: list[str]) -> GroupAssignment:

@@ -6,8 +6,9 @@ between methods. Imports nothing from :mod:`nnunet_dro.training` or :mod:`nnunet
 
 Modules: :mod:`~.regions` (presets, parsing), :mod:`~.io` (files, geometry),
 :mod:`~.metrics` (confusion tables, Dice/VS/HD95), :mod:`~.groups` (subgroup table, binning),
-:mod:`~.stats` (statistics, tests), :mod:`~.reports` (writers), :mod:`~.workers` (process pool),
-:mod:`~.api` (``evaluate``).
+:mod:`~.stats` (statistics, tests), :mod:`~.result` (``EvaluationResult``), :mod:`~.reports`
+(writers), :mod:`~.workers` (process pool), :mod:`~.api` (``evaluate``). Imports go one way:
+``api`` uses ``reports``, both use ``result``.
 """
 __all__ = ["evaluate", "EvaluationResult"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -30,6 +30,7 @@ from nnunet_dro.evaluation.metrics import (EMPTY_POLICIES, METRICS, CaseResult, 
                                            evaluate_case, hd95_empty_value, region_counts,
                                            volume_similarity_percent)
 from nnunet_dro.evaluation.regions import Region, RegionSpec, default_regions, parse_regions
+from nnunet_dro.evaluation.result import EvaluationResult
 from nnunet_dro.evaluation.stats import (bootstrap_percentile_difference, holm, paired_wilcoxon,
                                          percentile_column, summarize)
 
@@ -54,20 +55,6 @@ HD95_TEXT = ("HD95 in mm: max of the two directed 95th percentiles of surface di
 def default_num_processes() -> int:
     """nnU-Net's default: ``nnUNet_def_n_proc`` or 8."""
     return int(os.environ.get("nnUNet_def_n_proc", 8))
-
-
-@dataclass
-class EvaluationResult:
-    """Everything that was written: per-case scores, summary statistics, comparisons, settings."""
-
-    per_case: pd.DataFrame
-    summary: pd.DataFrame
-    comparison: pd.DataFrame | None
-    settings: dict
-    cases: dict
-    regions: list[Region]
-    group_columns: list[str] = field(default_factory=list)
-    output_folder: str | None = None
 
 
 @dataclass

@@ -19,7 +19,6 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -27,10 +26,8 @@ import pandas as pd
 from nnunet_dro.atomic import atomic_path, can_replace_folder, check_output_folder, replaced_folder
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.groups import ALL
+from nnunet_dro.evaluation.result import EvaluationResult
 from nnunet_dro.evaluation.stats import percentile_column
-
-if TYPE_CHECKING:
-    from nnunet_dro.evaluation.api import EvaluationResult
 
 METRIC_TITLES = {"dice": "Dice (%)", "vs": "Volume similarity (%)", "hd95": "HD95 (mm)"}
 LOWER_IS_BETTER_METRICS = {"hd95"}
@@ -59,7 +56,7 @@ def check_report_folder(output: str | os.PathLike, option: str = "-o") -> Path:
     return output
 
 
-def write_report(output: str | os.PathLike, result: "EvaluationResult") -> None:
+def write_report(output: str | os.PathLike, result: EvaluationResult) -> None:
     """Write every report file into ``output``; a failure leaves ``output`` exactly as it was.
 
     A new folder is built beside ``output`` and renamed into place. An existing folder is
@@ -88,7 +85,7 @@ def write_report(output: str | os.PathLike, result: "EvaluationResult") -> None:
                         f"{'the previous report is unchanged' if existed else 'nothing was written'}") from None
 
 
-def _write_in_place(output: Path, result: "EvaluationResult") -> None:
+def _write_in_place(output: Path, result: EvaluationResult) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=_IN_PLACE_PREFIX, dir=output))
     try:
         _write_all(tmp, result)
@@ -105,7 +102,7 @@ def _write_in_place(output: Path, result: "EvaluationResult") -> None:
 _IN_PLACE_PREFIX = ".nnunet_dro_evaluate."
 
 
-def _write_all(folder: Path, result: "EvaluationResult") -> None:
+def _write_all(folder: Path, result: EvaluationResult) -> None:
     result.per_case.to_csv(folder / "per_case.csv", index=False)
     result.summary.to_csv(folder / "summary.csv", index=False)
     if result.comparison is not None:
@@ -125,7 +122,7 @@ def _records(frame: pd.DataFrame | None) -> list[dict] | None:
             for row in frame.to_dict(orient="records")]
 
 
-def summary_json(result: "EvaluationResult") -> str:
+def summary_json(result: EvaluationResult) -> str:
     content = {"settings": result.settings, "cases": result.cases, "summary": _records(result.summary),
                "comparison": _records(result.comparison)}
     return json.dumps(content, indent=2, allow_nan=False, default=_json_default) + "\n"
@@ -139,12 +136,12 @@ def _json_default(value):
     raise TypeError(type(value))
 
 
-def policy_line(result: "EvaluationResult") -> str:
+def policy_line(result: EvaluationResult) -> str:
     s = result.settings
     return f"Empty masks: {s['empty_policy_text']}. Missing predictions: {s['missing_policy_text']}."
 
 
-def _stat_columns(result: "EvaluationResult") -> list[str]:
+def _stat_columns(result: EvaluationResult) -> list[str]:
     return ["n", "mean", "std", "median", "iqr"] + [percentile_column(q) for q in result.settings["percentiles"]]
 
 
@@ -156,7 +153,7 @@ def _format(value, metric: str, column: str) -> str:
     return f"{value:.2f}" if metric == "hd95" else f"{value:.1f}"
 
 
-def _table_blocks(result: "EvaluationResult"):
+def _table_blocks(result: EvaluationResult):
     """(metric, group_column, rows) with rows = [(group, method, region, {column: (text, bold)})]."""
     columns = _stat_columns(result)
     several_methods = result.summary["method"].nunique() > 1
@@ -187,7 +184,7 @@ def _title(metric: str, group_column: str) -> str:
     return f"{METRIC_TITLES[metric]}, {'all cases' if group_column == ALL else 'by ' + group_column}"
 
 
-def markdown_tables(result: "EvaluationResult", metrics: list[str] | None = None) -> str:
+def markdown_tables(result: EvaluationResult, metrics: list[str] | None = None) -> str:
     """Paper-style Markdown tables, one per metric and group column."""
     columns = _stat_columns(result)
     lines = ["# Robustness evaluation (nnunet_dro evaluate)", "",
@@ -206,7 +203,7 @@ def markdown_tables(result: "EvaluationResult", metrics: list[str] | None = None
     return "\n".join(lines)
 
 
-def terminal_table(result: "EvaluationResult") -> str:
+def terminal_table(result: EvaluationResult) -> str:
     """The main table for the terminal: the first metric, every grouping."""
     return markdown_tables(result, metrics=[result.settings["metrics"][0]]).rstrip() + "\n"
 
@@ -225,7 +222,7 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
-def latex_tables(result: "EvaluationResult") -> str:
+def latex_tables(result: EvaluationResult) -> str:
     """Paper-style LaTeX tables (booktabs), one per metric and group column."""
     columns = _stat_columns(result)
     out = ["% nnunet_dro evaluate: needs \\usepackage{booktabs}",
@@ -246,7 +243,7 @@ def latex_tables(result: "EvaluationResult") -> str:
     return "\n".join(out)
 
 
-def write_boxplots(path: Path, result: "EvaluationResult", metric: str) -> None:
+def write_boxplots(path: Path, result: EvaluationResult, metric: str) -> None:
     """One panel per region; along x the groups ('all' first), one box per method in each group."""
     # The object-oriented API with the Agg canvas: no pyplot, no global backend switch.
     from matplotlib.backends.backend_agg import FigureCanvasAgg

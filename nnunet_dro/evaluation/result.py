@@ -1,0 +1,23 @@
+"""What an evaluation produced: the one object :mod:`~nnunet_dro.evaluation.api` returns and
+:mod:`~nnunet_dro.evaluation.reports` writes (its own module, so neither imports the other for it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from nnunet_dro.evaluation.regions import Region
+
+
+@dataclass
+class EvaluationResult:
+    """Everything that was written: per-case scores, summary statistics, comparisons, settings."""
+
+    per_case: pd.DataFrame
+    summary: pd.DataFrame
+    comparison: pd.DataFrame | None
+    settings: dict
+    cases: dict
+    regions: list[Region]
+    group_columns: list[str] = field(default_factory=list)
+    output_folder: str | None = None

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 
 from nnunet_dro.commands.arg_types import dataset_id, positive_int
+from nnunet_dro.commands.evaluation_options import (add_group_arguments, add_reference_argument, add_scoring_arguments,
+                                                    evaluation_options)
 
 
 def register(subparsers) -> None:
@@ -50,14 +52,9 @@ def register(subparsers) -> None:
     parser.add_argument("-np", dest="num_processes", type=positive_int, default=2,
                         help="processes for nnUNetv2_ensemble and the evaluation. Default: 2")
     evaluation = parser.add_argument_group("evaluation (as in `nnunet_dro evaluate`)")
-    evaluation.add_argument("-ref", default=None, metavar="GT_DIR", help="reference segmentations; enables evaluation")
-    evaluation.add_argument("-groups", default=None, metavar="TABLE", help="subgroup table (.csv or .tsv)")
-    evaluation.add_argument("--group-by", nargs="+", default=None, metavar="COL", help="columns to stratify by")
-    evaluation.add_argument("-regions", default=None, metavar="SPEC", help="feta | brats | brats-nnunet | ...")
-    evaluation.add_argument("--metrics", nargs="+", default=["dice"], choices=["dice", "hd95", "vs"])
-    evaluation.add_argument("--empty", default="one", choices=["one", "nan"])
-    evaluation.add_argument("--strict", action="store_true",
-                            help="a region whose labels occur in no reference file is an error, not a warning")
+    add_reference_argument(evaluation, required=False)
+    add_group_arguments(evaluation)
+    add_scoring_arguments(evaluation)
     parser.set_defaults(func=run)
 
 
@@ -69,8 +66,7 @@ def run(args: argparse.Namespace) -> int:
     combine = parse_combinations(args.combine, members)
     evaluation = None
     if args.ref:
-        evaluation = dict(reference=args.ref, groups=args.groups, group_by=args.group_by, regions=args.regions,
-                          metrics=args.metrics, empty=args.empty, strict=args.strict)
+        evaluation = dict(reference=args.ref, **evaluation_options(args))
     folders, result = run_ensemble(
         nnunet_environment(), args.dataset_id, args.images, args.output, members,
         configuration=args.configuration, plans=args.plans, folds=args.folds, combine=combine,

@@ -11,7 +11,9 @@ import argparse
 import os
 import sys
 
-from nnunet_dro.commands.arg_types import non_negative_int, percentile, positive_int
+from nnunet_dro.commands.arg_types import non_negative_int, positive_int
+from nnunet_dro.commands.evaluation_options import (add_group_arguments, add_reference_argument, add_scoring_arguments,
+                                                    evaluation_options)
 from nnunet_dro.errors import UserError
 
 
@@ -24,31 +26,13 @@ def register(subparsers) -> None:
                     "between methods, tables (csv, json, md, tex) and box plots in OUT_DIR. Files are matched "
                     "by nnU-Net case identifier (file name without its ending).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-ref", type=str, required=True, metavar="GT_DIR",
-                        help="folder with the reference segmentations")
+    add_reference_argument(parser, required=True)
     parser.add_argument("-pred", type=str, nargs="+", required=True, metavar="NAME=DIR",
                         help="one or more methods as NAME=DIR (a prediction folder, or an nnU-Net summary.json for "
                              "Dice only). The first method is the reference of the paired comparison")
     parser.add_argument("-o", type=str, required=True, metavar="OUT_DIR", help="output folder for the report")
-    parser.add_argument("-groups", type=str, default=None, metavar="TABLE",
-                        help="subgroup table (.csv or .tsv), one row per case")
-    parser.add_argument("--group-by", type=str, nargs="+", default=None, metavar="COL",
-                        help="group table columns to stratify by, each on its own (default: all columns but "
-                             "numeric ones with more than 10 values). Bin a "
-                             "numeric column with COL:EDGES, e.g. gestational_age:19,25,30,35,41 gives [19,25), "
-                             "[25,30), ... plus <19 and >=41")
-    parser.add_argument("--case-column", type=str, default="case", metavar="COL",
-                        help="column of the group table holding the case identifiers. Default: case")
-    parser.add_argument("-regions", type=str, default=None, metavar="SPEC",
-                        help="feta | brats | brats-nnunet | PATH/dataset.json | \"NAME=l1,l2;NAME=l3\". "
-                             "Default: each foreground label found in the references")
-    parser.add_argument("--metrics", type=str, nargs="+", default=["dice"], choices=["dice", "hd95", "vs"],
-                        help="metrics: dice (%%), hd95 (mm), vs (volume similarity, %%). Default: dice")
-    parser.add_argument("--percentiles", type=percentile, nargs="+", default=[25, 10, 5], metavar="Q",
-                        help="percentiles to report (numpy linear interpolation). Default: 25 10 5")
-    parser.add_argument("--empty", type=str, default="one", choices=["one", "nan"],
-                        help="region empty in both reference and prediction: one = Dice 100 (BraTS convention, "
-                             "default), nan = left out of the statistics (nnU-Net's convention)")
+    add_group_arguments(parser)
+    add_scoring_arguments(parser)
     parser.add_argument("--missing", type=str, default="error", choices=["error", "worst", "skip"],
                         help="reference case without prediction: error (default) stops with the list, worst scores "
                              "Dice 0 and the worst HD95, skip leaves it out")
@@ -57,8 +41,6 @@ def register(subparsers) -> None:
     parser.add_argument("--bootstrap", type=non_negative_int, default=0, metavar="N",
                         help="with 2+ methods: N bootstrap resamples of the cases give 95%% confidence intervals "
                              "of the percentile differences in comparison.csv. Default: 0 (off)")
-    parser.add_argument("--strict", action="store_true",
-                        help="a region whose labels occur in no reference file is an error, not a warning")
     parser.set_defaults(func=run)
 
 
@@ -81,11 +63,9 @@ def parse_predictions(values: list[str]) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.evaluation import api, reports
 
-    result = api.evaluate(args.ref, parse_predictions(args.pred), args.o, groups=args.groups, group_by=args.group_by,
-                          case_column=args.case_column, regions=args.regions, metrics=args.metrics,
-                          percentiles=args.percentiles, empty=args.empty, missing=args.missing,
-                          num_processes=args.np, n_bootstrap=args.bootstrap, strict=args.strict,
-                          progress=True)
+    result = api.evaluate(args.ref, parse_predictions(args.pred), args.o, missing=args.missing,
+                          num_processes=args.np, n_bootstrap=args.bootstrap, progress=True,
+                          **evaluation_options(args))
     print(reports.terminal_table(result))
     print(f"Report written to {os.path.abspath(args.o)}", file=sys.stderr)
     return 0

@@ -1,0 +1,68 @@
+"""Options shared by the sub-commands that evaluate (``evaluate``, ``ensemble``); no sub-command here.
+
+One function per group of options, so both commands spell, explain and default them alike:
+
+- :func:`add_reference_argument`: ``-ref``;
+- :func:`add_group_arguments`: ``-groups``, ``--group-by``, ``--case-column`` (the subgroup table);
+- :func:`add_scoring_arguments`: ``-regions``, ``--metrics``, ``--percentiles``, ``--empty``, ``--strict``;
+- :func:`evaluation_options`: the keyword arguments of :func:`nnunet_dro.evaluation.api.evaluate`
+  that these options give.
+
+>>> import argparse
+>>> parser = argparse.ArgumentParser()
+>>> add_reference_argument(parser, required=True); add_group_arguments(parser); add_scoring_arguments(parser)
+>>> args = parser.parse_args(["-ref", "labelsTs", "--group-by", "condition", "--percentiles", "10"])
+>>> sorted(evaluation_options(args).items())  # doctest: +NORMALIZE_WHITESPACE
+[('case_column', 'case'), ('empty', 'one'), ('group_by', ['condition']), ('groups', None),
+ ('metrics', ['dice']), ('percentiles', [10.0]), ('regions', None), ('strict', False)]
+"""
+from __future__ import annotations
+
+import argparse
+
+from nnunet_dro.commands.arg_types import percentile
+
+Container = argparse._ActionsContainer  # a parser or an argument group
+
+
+def add_reference_argument(parser: Container, *, required: bool) -> None:
+    """``-ref GT_DIR``: required by ``evaluate``; optional for ``ensemble``, where it turns the
+    evaluation on."""
+    parser.add_argument("-ref", type=str, required=required, default=None, metavar="GT_DIR",
+                        help="folder with the reference segmentations" + ("" if required else "; enables evaluation"))
+
+
+def add_group_arguments(parser: Container) -> None:
+    """``-groups TABLE``, ``--group-by COL ...``, ``--case-column COL``."""
+    parser.add_argument("-groups", type=str, default=None, metavar="TABLE",
+                        help="subgroup table (.csv or .tsv), one row per case")
+    parser.add_argument("--group-by", type=str, nargs="+", default=None, metavar="COL",
+                        help="group table columns to stratify by, each on its own (default: all columns but "
+                             "numeric ones with more than 10 values). Bin a "
+                             "numeric column with COL:EDGES, e.g. gestational_age:19,25,30,35,41 gives [19,25), "
+                             "[25,30), ... plus <19 and >=41")
+    parser.add_argument("--case-column", type=str, default="case", metavar="COL",
+                        help="column of the group table holding the case identifiers. Default: case")
+
+
+def add_scoring_arguments(parser: Container) -> None:
+    """``-regions SPEC``, ``--metrics``, ``--percentiles``, ``--empty``, ``--strict``."""
+    parser.add_argument("-regions", type=str, default=None, metavar="SPEC",
+                        help="feta | brats | brats-nnunet | PATH/dataset.json | \"NAME=l1,l2;NAME=l3\". "
+                             "Default: each foreground label found in the references")
+    parser.add_argument("--metrics", type=str, nargs="+", default=["dice"], choices=["dice", "hd95", "vs"],
+                        help="metrics: dice (%%), hd95 (mm), vs (volume similarity, %%). Default: dice")
+    parser.add_argument("--percentiles", type=percentile, nargs="+", default=[25, 10, 5], metavar="Q",
+                        help="percentiles to report (numpy linear interpolation). Default: 25 10 5")
+    parser.add_argument("--empty", type=str, default="one", choices=["one", "nan"],
+                        help="region empty in both reference and prediction: one = Dice 100 (BraTS convention, "
+                             "default), nan = left out of the statistics (nnU-Net's convention)")
+    parser.add_argument("--strict", action="store_true",
+                        help="a region whose labels occur in no reference file is an error, not a warning")
+
+
+def evaluation_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``evaluate`` that :func:`add_group_arguments` and
+    :func:`add_scoring_arguments` give (not ``-ref``, which is positional there)."""
+    return dict(groups=args.groups, group_by=args.group_by, case_column=args.case_column, regions=args.regions,
+                metrics=args.metrics, percentiles=args.percentiles, empty=args.empty, strict=args.strict)

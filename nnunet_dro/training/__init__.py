@@ -28,7 +28,8 @@ from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDR
                                         nnUNetTrainerDROAdaptive_kappa1_CPUBudget, nnUNetTrainerDROAdaptive_noIS_CPUBudget,
                                         nnUNetTrainerDROAdaptive_warm50_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget)
+                                        nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget,
+                                        nnUNetTrainerGroupBalanced_CPUBudget, nnUNetTrainerGroupDRO_CPUBudget)
 
 __all__ = [
     "DRO_STATE_KEY",
@@ -55,6 +56,8 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
     "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
+    "nnUNetTrainerGroupBalanced_CPUBudget",
+    "nnUNetTrainerGroupDRO_CPUBudget",
     "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
     "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
     "nnUNetTrainerConfigurableSGD",

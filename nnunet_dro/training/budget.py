@@ -162,9 +162,21 @@ class nnUNetTrainerDROAdaptive_warm50_CPUBudget(CPUBudget, nnUNetTrainerDROAdapt
     pass
 
 
+from nnunet_dro.training.cohort import nnUNetTrainerGroupBalanced, nnUNetTrainerGroupDRO  # noqa: E402
+
+
+class nnUNetTrainerGroupBalanced_CPUBudget(CPUBudget, nnUNetTrainerGroupBalanced):
+    """Group-balanced sampling (groups of subgroups.tsv) with the CPU budget."""
+
+
+class nnUNetTrainerGroupDRO_CPUBudget(CPUBudget, nnUNetTrainerGroupDRO):
+    """Group DRO (Sagawa et al. 2020) with the CPU budget."""
+
+
 #: every CPU-budget trainer, by name
 BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnUNetTrainerDROAdaptive_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f75_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
                    "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget")
+                   "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
+                   "nnUNetTrainerGroupBalanced_CPUBudget", "nnUNetTrainerGroupDRO_CPUBudget")

@@ -383,8 +383,9 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         weights_text = (f"clipped importance weights {100 * stats['clipped_fraction']:.1f}% of {stats['num_weights']} "
                         f"(mean raw weight {stats['mean_raw_weight']:.3g})"
                         if stats["num_weights"] and math.isfinite(stats["clipped_fraction"]) else "importance weights n/a")
+        beta_text = f"beta {stats['beta']:.4g}, " if math.isfinite(stats["beta"]) else ""  # schemes without beta
         self.print_to_log_file(
-            f"DRO: beta {stats['beta']:.4g}, perplexity {stats['perplexity_fraction'] * n:.2f} of {n} "
+            f"DRO: {beta_text}perplexity {stats['perplexity_fraction'] * n:.2f} of {n} "
             f"(entropy {stats['entropy']:.4f}, uniform {stats['max_entropy']:.4f}), effective sample size "
             f"{stats['effective_sample_size']:.2f} of {n}, max p {stats['max_probability']:.4f}, {weights_text}, "
             f"robust loss {stats['robust_loss']:.4f}, mean stale loss {stats['mean_stale_loss']:.4f}"

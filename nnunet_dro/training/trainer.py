@@ -494,7 +494,7 @@ class nnUNetTrainerDRO(nnUNetTrainerCaseWeighting):
 
 
 class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
-    """Scale-free hardness weighted sampling (see README "Evidence": on our CPU benchmark it has
+    """Scale-free hardness weighted sampling (see docs/evidence.md: on our CPU benchmark it has
     not yet beaten ERM on the worst cases; benchmark it on your data before relying on it).
 
     ``beta_t`` is re-solved from the stale losses so that ``softmax(beta_t L)`` stays spread over

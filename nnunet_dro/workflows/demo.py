@@ -32,7 +32,7 @@ from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, GROUP_COLUMN, REGIONS, 
 DATASET_ID = 990
 DATASET_NAME = "SyntheticFetalDemo"
 #: method name in the tables -> arm of the pipeline. The DRO arm is the least harmful DRO setting
-#: of the robustness benchmark so far (README "Evidence"), not one that beats ERM.
+#: of the robustness benchmark so far (docs/evidence.md), not one that beats ERM.
 DEMO_ARMS = {"ERM": "ERM", "DRO": "Adaptive_warm50"}
 
 

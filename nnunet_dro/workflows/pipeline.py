@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from nnunet_dro.atomic import write_text_atomic
+from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
 from nnunet_dro.training.budget import EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
 from nnunet_dro.training.stability import LEARNED, START_EPOCH, THRESHOLD, collapsed_epochs, lost_epochs
@@ -122,7 +123,7 @@ class Workspace:
             run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(self.dataset_id), "-n",
                             self.raw.name.split("_", 1)[1], "--n-train", str(c.n_train), "--n-test", str(c.n_test),
                             "--size", str(c.size), "--seed", str(c.seed), "--overwrite"], self.env, self.log_file)
-        subgroups = pd.read_csv(self.raw / "subgroups.tsv", sep="\t", dtype={"case": str})
+        subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
         if not self._preprocessed():
             self.echo("  nnUNetv2_plan_and_preprocess")
             # nnU-Net's planner calls torch.set_num_threads(nnUNet_n_proc_DA), which fails for 0

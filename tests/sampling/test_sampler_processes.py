@@ -236,3 +236,26 @@ def test_all_gather_updates_keeps_ranks_identical_with_gloo():
 def test_all_gather_without_distributed_is_identity():
     idx, val = all_gather_updates([1, 2], [0.5, 0.25])
     assert idx.tolist() == [1, 2] and val.tolist() == [0.5, 0.25]
+
+
+def test_a_killed_owner_alone_leaves_its_block_to_the_resource_tracker():
+    import signal
+    import time
+    script = textwrap.dedent("""
+        import time
+        from nnunet_dro.sampling import HardnessWeightedSampler
+        s = HardnessWeightedSampler(10, shared=True)
+        print(s._storage.name, flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    path = _shm_path(proc.stdout.readline().strip())
+    assert os.path.exists(path)
+    proc.send_signal(signal.SIGKILL)  # the owner only: its resource tracker survives and cleans up
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    deadline = time.monotonic() + 30
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(path)

@@ -281,11 +281,11 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
 
     def _build_table_weighting(self, scheme: str, seed: Optional[int]) -> CaseWeighting:
         """Fixed case weights, group-balanced sampling or group DRO, from the user's tables."""
-        all_cases = [str(c) for c in self.dataset_class.get_identifiers(self.preprocessed_dataset_folder)]
         where = dict(dataset_name=self.plans_manager.dataset_name,
                      preprocessed_base=os.path.dirname(self.preprocessed_dataset_folder_base), raw_base=nnUNet_raw)
         if scheme == "case_weights":
             path = find_case_table(CASE_WEIGHTS_FILENAME, CASE_WEIGHTS_ENV, **where)
+            all_cases = [str(c) for c in self.dataset_class.get_identifiers(self.preprocessed_dataset_folder)]
             weights = read_case_weights(path, self.dro_case_ids, all_cases)
             self.print_to_log_file(f"DRO: case weights from {path}")
             return FixedWeighting(weights, seed=seed, shared=True)

@@ -79,13 +79,20 @@ def wait_until_gone(pids, timeout: float = 10.0) -> list[int]:
     return alive
 
 
+def _as_a_foreground_job() -> None:
+    # a shell starts background jobs (`cmd &`, e.g. a CI runner's) with SIGINT ignored, and Python
+    # keeps an ignored SIGINT; a command typed in a terminal gets the default disposition
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class RunningCli:
-    """``python -m nnunet_dro ARGS`` in its own session, stderr collected while it runs."""
+    """``python -m nnunet_dro ARGS`` in its own session, as a terminal would start it (SIGINT at
+    its default), stderr collected while it runs."""
 
     def __init__(self, *args, env=None):
         self.process = subprocess.Popen(
             [str(PYTHON), "-m", "nnunet_dro", *map(str, args)], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=env, start_new_session=True)
+            stderr=subprocess.PIPE, env=env, start_new_session=True, preexec_fn=_as_a_foreground_job)
         self._stderr = bytearray()
         self._stdout = bytearray()
         self._threads = [threading.Thread(target=self._collect, args=(stream, buffer), daemon=True)

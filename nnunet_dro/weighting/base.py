@@ -211,6 +211,34 @@ class CaseWeighting(ABC):
         self.close()
 
 
+class LatestLosses:
+    """For schemes whose draws keep no per-case state (uniform or fixed): the latest finite loss and
+    the number of fresh losses of every case, for the hardness report. Call :meth:`_init_latest`
+    in ``__init__`` and :meth:`_record_latest` in ``update``."""
+
+    def _init_latest(self, num_cases: int) -> None:
+        self._losses = np.full(num_cases, np.nan)
+        self._counts = np.zeros(num_cases, dtype=np.int64)
+
+    def _record_latest(self, idx: NDArray[np.int64], fresh: NDArray[np.float64]) -> NDArray[np.bool_]:
+        """Record the finite losses of a batch; returns the mask of finite ones."""
+        finite = np.isfinite(fresh)
+        self._losses[idx[finite]] = fresh[finite]
+        np.add.at(self._counts, idx[finite], 1)
+        return finite
+
+    @property
+    def losses(self) -> NDArray[np.float64]:
+        """Latest loss per case (cases never drawn: the mean of the others, or 0)."""
+        seen = np.isfinite(self._losses)
+        fill = float(self._losses[seen].mean()) if seen.any() else 0.0
+        return np.where(seen, self._losses, fill)
+
+    @property
+    def draw_counts(self) -> NDArray[np.int64]:
+        return self._counts.copy()
+
+
 def draw_betas(draw_beta: ArrayLike | None, size: int, default: float) -> NDArray[np.float64]:
     """The per-sample beta of a batch: the given value(s), or ``default`` where missing/NaN."""
     if draw_beta is None:

@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
 from nnunet_dro.sampling.hardness import HardnessWeightedSampler
-from nnunet_dro.weighting.base import CaseWeighting, check_batch
+from nnunet_dro.weighting.base import CaseWeighting, LatestLosses, check_batch
 
 STATE_VERSION = 1
 #: Stale "loss" of a case with weight 0 in the sum tree over ``exp(1 * log w)``: exp underflows to 0.
@@ -54,7 +54,7 @@ def _validated_weights(weights: ArrayLike) -> NDArray[np.float64]:
     return w
 
 
-class FixedWeighting(CaseWeighting):
+class FixedWeighting(LatestLosses, CaseWeighting):
     """Draw case ``i`` with probability ``w_i / sum(w)``; step weights 1.
 
     Args:
@@ -85,8 +85,7 @@ class FixedWeighting(CaseWeighting):
         log_w = np.where(w > 0, np.log(np.where(w > 0, w, 1.0) / w.max()), _LOG_ZERO)
         self.sampler = HardnessWeightedSampler(w.size, beta=1.0, init_loss=log_w, importance_sampling=False,
                                                seed=seed, shared=shared)
-        self._losses = np.full(w.size, np.nan)
-        self._counts = np.zeros(w.size, dtype=np.int64)
+        self._init_latest(w.size)
         self._epoch_group_draws = {g: 0 for g in self.group_names}
 
     # -------------------------------------------------------------- the training loop
@@ -99,9 +98,7 @@ class FixedWeighting(CaseWeighting):
 
     def update(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
         idx, fresh = check_batch(indices, losses, self.num_cases)
-        finite = np.isfinite(fresh)
-        self._losses[idx[finite]] = fresh[finite]
-        np.add.at(self._counts, idx[finite], 1)
+        finite = self._record_latest(idx, fresh)
         if self.groups is not None:
             for g in self.groups[idx[finite]]:
                 self._epoch_group_draws[g] += 1
@@ -113,17 +110,6 @@ class FixedWeighting(CaseWeighting):
     # -------------------------------------------------------------- reports
     def probabilities(self) -> NDArray[np.float64]:
         return self._p.copy()
-
-    @property
-    def losses(self) -> NDArray[np.float64]:
-        """Latest loss per case (cases never drawn: the mean of the others, or 0)."""
-        seen = np.isfinite(self._losses)
-        fill = float(self._losses[seen].mean()) if seen.any() else 0.0
-        return np.where(seen, self._losses, fill)
-
-    @property
-    def draw_counts(self) -> NDArray[np.int64]:
-        return self._counts.copy()
 
     def group_draw_counts(self) -> dict[str, int]:
         """Fresh losses received per group since the start of training."""

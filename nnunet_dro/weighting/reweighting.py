@@ -16,12 +16,12 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
 from nnunet_dro.weighting.kl_reweighter import KLReweighter
-from nnunet_dro.weighting.base import CaseWeighting, check_batch
+from nnunet_dro.weighting.base import CaseWeighting, LatestLosses, check_batch
 
 STATE_VERSION = 2
 
 
-class KLReweighting(CaseWeighting):
+class KLReweighting(LatestLosses, CaseWeighting):
     """Uniform draws; the step weights ``exp(l_i / r) / u`` (see the module docstring).
 
     ``weights`` is pure: it computes the running mean that ``update`` will commit with the same
@@ -39,8 +39,7 @@ class KLReweighting(CaseWeighting):
                  momentum: float = 0.5, clip: tuple[float, float] | None = None, seed: int | None = None):
         super().__init__(num_cases)
         self.reweighter = KLReweighter(schedule, momentum, clip)
-        self._losses = np.full(self.num_cases, np.nan)
-        self._counts = np.zeros(self.num_cases, dtype=np.int64)
+        self._init_latest(self.num_cases)
         self._rng = np.random.default_rng(seed)
 
     def sample_with_beta(self, batch_size: int) -> tuple[NDArray[np.int64], float]:
@@ -58,10 +57,8 @@ class KLReweighting(CaseWeighting):
     def update(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
         idx, fresh = check_batch(indices, losses, self.num_cases)
         w = self.reweighter.weights(fresh, self.progress)
-        finite = np.isfinite(fresh)
+        finite = self._record_latest(idx, fresh)
         self.counters.add(w[finite], np.zeros(int(finite.sum()), dtype=bool))
-        self._losses[idx[finite]] = fresh[finite]
-        np.add.at(self._counts, idx[finite], 1)
 
     @property
     def current_beta(self) -> float:
@@ -70,17 +67,6 @@ class KLReweighting(CaseWeighting):
 
     def probabilities(self) -> NDArray[np.float64]:
         return np.full(self.num_cases, 1.0 / self.num_cases)
-
-    @property
-    def losses(self) -> NDArray[np.float64]:
-        """Latest loss per case (cases never drawn: the mean of the others, or 0)."""
-        seen = np.isfinite(self._losses)
-        fill = float(self._losses[seen].mean()) if seen.any() else 0.0
-        return np.where(seen, self._losses, fill)
-
-    @property
-    def draw_counts(self) -> NDArray[np.int64]:
-        return self._counts.copy()
 
     def robust_loss(self) -> float:
         r = self.reweighter.temperature(self.progress)

@@ -10,9 +10,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "demo", help="the whole pipeline on a small synthetic cohort, on CPU (about 40 minutes)",
         description="Make a synthetic fetal-brain-like cohort with hidden stratification, plan and preprocess "
-                    "it, train nnU-Net's ERM trainer and nnUNetTrainerDROAdaptive_warm50 (ERM for half the epochs, then "
-                    "scale-free DRO) "
-                    "with the same CPU budget (a quarter of nnU-Net's features per stage, 120 epochs x 25 "
+                    "it, train nnU-Net's ERM trainer and nnUNetTrainerDROAdaptive (scale-free DRO, default setting: "
+                    "f = 0.9, no importance weights) with the same CPU budget (a quarter of nnU-Net's features per stage, 120 epochs x 25 "
                     "iterations) from the same initial weights, predict the test cases and print the stratified "
                     "table (ERM vs DRO per condition and region). Everything is written to OUT (its own "
                     "nnUNet_raw/preprocessed/results); completed steps are reused when re-run.")
@@ -21,7 +20,7 @@ def register(subparsers) -> None:
     parser.add_argument("--budget-scale", type=positive_float, default=1.0, metavar="K",
                         help="multiply the number of training epochs (120) by K")
     parser.add_argument("--epochs", type=positive_int, default=None,
-                        help="epochs per arm (overrides the CPU budget's 40; quick looks only)")
+                        help="epochs per arm (overrides the CPU budget's 120; quick looks only)")
     parser.add_argument("--iterations", type=positive_int, default=None,
                         help="training iterations per epoch (overrides the CPU budget's 25)")
     parser.add_argument("--n-train", type=positive_int, default=40, help="training cases. Default: 40")

@@ -24,6 +24,7 @@ from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTra
                                           nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS)
 from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
                                         nnUNetTrainerDROAdaptive_CPUBudget, nnUNetTrainerDROAdaptive_f25_CPUBudget,
+                                        nnUNetTrainerDROAdaptive_f50_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f75_CPUBudget, nnUNetTrainerDROAdaptive_f90_CPUBudget,
                                         nnUNetTrainerDROAdaptive_kappa1_CPUBudget, nnUNetTrainerDROAdaptive_noIS_CPUBudget,
                                         nnUNetTrainerDROAdaptive_warm50_CPUBudget,
@@ -51,6 +52,7 @@ __all__ = [
     "nnUNetTrainerDRO_CPUBudget",
     "nnUNetTrainerDROAdaptive_CPUBudget",
     "nnUNetTrainerDROAdaptive_f25_CPUBudget",
+    "nnUNetTrainerDROAdaptive_f50_CPUBudget",
     "nnUNetTrainerDROAdaptive_f75_CPUBudget",
     "nnUNetTrainerDROAdaptive_f90_CPUBudget",
     "nnUNetTrainerDROAdaptive_noIS_CPUBudget",

@@ -116,9 +116,10 @@ class nnUNetTrainer_CPUBudget(CPUBudget, nnUNetTrainer):
 
 # the arms of the robustness benchmark and the demo (imported here, after the CPUBudget mixin)
 from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive  # noqa: E402
-from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTrainerDROAdaptive_f75,  # noqa: E402
-                                          nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_kappa1,
-                                          nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50,
+from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTrainerDROAdaptive_f50,  # noqa: E402
+                                          nnUNetTrainerDROAdaptive_f75, nnUNetTrainerDROAdaptive_f90,
+                                          nnUNetTrainerDROAdaptive_kappa1, nnUNetTrainerDROAdaptive_noIS,
+                                          nnUNetTrainerDROAdaptive_warm50,
                                           nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS)
 
 
@@ -127,7 +128,11 @@ class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
 
 
 class nnUNetTrainerDROAdaptive_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive):
-    """Scale-free DRO (f = 0.5) with the CPU budget."""
+    """Scale-free DRO, the default setting (f = 0.9, no importance weights), with the CPU budget."""
+
+
+class nnUNetTrainerDROAdaptive_f50_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f50):
+    pass
 
 
 class nnUNetTrainerDROAdaptive_f25_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f25):
@@ -175,7 +180,8 @@ class nnUNetTrainerGroupDRO_CPUBudget(CPUBudget, nnUNetTrainerGroupDRO):
 
 #: every CPU-budget trainer, by name
 BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnUNetTrainerDROAdaptive_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f75_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f50_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_f75_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
                    "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",

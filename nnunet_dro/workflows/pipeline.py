@@ -47,12 +47,12 @@ ARM_TRAINERS = {
     "ERM": "nnUNetTrainer_CPUBudget",
     "DRO_beta100": "nnUNetTrainerDRO_CPUBudget",
     "Adaptive_f25": "nnUNetTrainerDROAdaptive_f25_CPUBudget",
-    "Adaptive_f50": "nnUNetTrainerDROAdaptive_CPUBudget",
+    "Adaptive_f50": "nnUNetTrainerDROAdaptive_f50_CPUBudget",
     "Adaptive_f75": "nnUNetTrainerDROAdaptive_f75_CPUBudget",
     "Adaptive_f90": "nnUNetTrainerDROAdaptive_f90_CPUBudget",
     "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "Adaptive_f75_noIS": "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
-    "Adaptive_f90_noIS": "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
+    "Adaptive_f90_noIS": "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",  # = nnUNetTrainerDROAdaptive's default
     "Adaptive_kappa1": "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
     "Adaptive_warm50": "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
     # label-aware comparison arms: they read the cohort's subgroups.tsv (grouped by condition)

@@ -15,6 +15,7 @@ import torch
 from train_helpers import BIN, run_cli
 
 from nnunet_dro.ext_trainers import TRAINER_DIR
+from nnunet_dro.training import nnUNetTrainerDROAdaptive
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -126,17 +127,19 @@ def test_adaptive_trainer_trains_with_workers_and_resumes_its_beta(label_dataset
     assert env["nnUNet_n_proc_DA"] == "2"
     train(ds, env, trainer=trainer)
     first = load(folder / "checkpoint_final.pth")["dro_state"]
-    assert first["scheme"] == "kl_adaptive" and first["config"]["dro_fraction"] == 0.5
+    fraction = nnUNetTrainerDROAdaptive.dro_fraction  # the default setting: f 0.9, no importance weights
+    assert first["scheme"] == "kl_adaptive" and first["config"]["dro_fraction"] == fraction == 0.9
     weighting = first["weighting"]
     beta = weighting["adaptive_beta"]
     assert 0 < beta <= 100.0 and np.isfinite(weighting["weight_scale"])
     # the saved beta is the perplexity solution for the saved losses (or the cap)
     from nnunet_dro.sampling.temperature import perplexity, solve_beta_for_perplexity
     losses = np.asarray(weighting["sampler"]["losses"])
-    assert beta == pytest.approx(solve_beta_for_perplexity(losses, 0.5, 100.0), rel=1e-6)
-    assert perplexity(losses, beta) >= 0.5 * losses.size * (1 - 1e-6)
+    assert beta == pytest.approx(solve_beta_for_perplexity(losses, fraction, 100.0), rel=1e-6)
+    assert perplexity(losses, beta) >= fraction * losses.size * (1 - 1e-6)
     log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
-    assert "scale-free hardness weighted sampling (kl)" in log and "first draw 1, self-normalised" in log
+    assert "scale-free hardness weighted sampling (kl)" in log and "importance weights off" in log
+    assert "perplexity >= 0.9 n" in log
     assert "DRO stability:" in log and first["history"]["beta"][0] == pytest.approx(beta)
 
     train(ds, train_env(ds, test_trainer_dir, num_epochs=2), "--c", trainer=trainer)

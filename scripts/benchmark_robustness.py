@@ -270,19 +270,22 @@ def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFr
         "## Runs: convergence and stability",
         "",
         "| arm | seed | controls' mean Dice per region | collapsed epochs | lost epochs | train s | DRO beta (last) | "
-        "perplexity/n (mean) | ESS/n (mean) | clipped (mean) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "perplexity/n (mean) | ESS/n (mean) | clipped (mean) | minorities' share of draws |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for _, r in runs.iterrows():
         means = ", ".join(f"{k} {v:.1f}" for k, v in (r["control_mean_dice"] or {}).items())
         lines.append(f"| {r['arm']} | {r['seed']} | {means} | {r['collapsed_epochs']} of {max(0, r['epochs'] - 10)} | "
                      f"{r.get('lost_epochs', '-')} | "
                      f"{r['train_seconds']:.0f} | {_fmt(r.get('dro_beta_last'))} | {_fmt(r.get('dro_perplexity_fraction_mean'))} | "
-                     f"{_fmt(r.get('dro_ess_fraction_mean'))} | {_fmt(r.get('dro_clipped_fraction_mean'))} |")
+                     f"{_fmt(r.get('dro_ess_fraction_mean'))} | {_fmt(r.get('dro_clipped_fraction_mean'))} | "
+                     f"{_minority_share(r)} |")
     lines += ["", f"(Converged means every region's mean Dice of the controls >= {CONVERGED_DICE:g}; "
                   "collapsed epochs: epochs >= 10 in which some structure's pseudo-Dice was < 0.05, including "
                   "structures not learned yet; lost epochs: epochs in which a structure whose pseudo-Dice had "
-                  "reached 0.5 was < 0.05 again.)", "",
+                  "reached 0.5 was < 0.05 again; minorities' share of draws: the training draws that went to "
+                  f"{' and '.join(MINORITY_GROUPS)} cases, counted by the sampler, or their share of the training "
+                  "cases for nnU-Net's uniform sampling.)", "",
               "## Dice per group and region (mean ± sd over seeds)", "",
               "| group | region | arm | n/seed | " + " | ".join(REPORT_STATISTICS) + " |",
               "|---|---|---|---:|" + "---:|" * len(REPORT_STATISTICS)]
@@ -306,6 +309,15 @@ def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFr
     lines += ["", f"Figure: `robustness_tradeoff.png`. Total time of this invocation {settings['seconds']:.0f} s. "
                   f"Runs: `{settings['runs']}`.", ""]
     return "\n".join(lines)
+
+
+def _minority_share(run: pd.Series) -> str:
+    """The minority groups' share of a run's training draws (``draw_share_<group>`` columns), e.g.
+    ``0.26``; ``-`` when unknown."""
+    shares = [run.get(f"draw_share_{group}") for group in MINORITY_GROUPS]
+    if all(share is None or not np.isfinite(share) for share in shares):
+        return "-"
+    return f"{sum(share for share in shares if share is not None and np.isfinite(share)):.2f}"
 
 
 def _fmt(value) -> str:
@@ -443,6 +455,9 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 ws.run_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
             summary, per_case = ws.load(arm)
+            # computed now, not stored: stored results predate it, and the runs' folders hold the counts
+            shares = ws.draw_shares(summary.get("trainer", ARM_TRAINERS[arm]))
+            summary.update({f"draw_share_{group}": share for group, share in shares.items()})
             if summary.get("budget") != {"epochs": budget.epochs, "iterations_per_epoch": budget.iterations_per_epoch}:
                 raise UserError(f"{ws.arm_folder(arm)}: stored with budget {summary.get('budget')}, not "
                                 f"{budget}; use another -o or --overwrite")

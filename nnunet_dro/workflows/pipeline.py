@@ -159,6 +159,24 @@ class Workspace:
         return (json.loads((folder / "result.json").read_text()),
                 pd.read_csv(folder / "per_case.csv", dtype={"case": str}))
 
+    def draw_shares(self, trainer: str) -> dict[str, float]:
+        """Share of the training draws that went to each group (condition): counted from the
+        hardness report (``times_drawn``) of a case-weighting run; for a trainer without one
+        (nnU-Net's ERM) each group's share of the training cases, what uniform sampling gives in
+        expectation. Empty when the run's folder is gone."""
+        subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
+        train = subgroups[subgroups["split"] == "train"][["case", GROUP_COLUMN]]
+        report = self.fold_folder(trainer) / "dro_hardness.csv"
+        if report.is_file():
+            drawn = pd.read_csv(report, dtype={"case": str})[["case", "times_drawn"]].merge(train, on="case")
+            counts = drawn.groupby(GROUP_COLUMN)["times_drawn"].sum()
+        elif (self.fold_folder(trainer) / "checkpoint_final.pth").is_file():
+            counts = train.groupby(GROUP_COLUMN)["case"].size()
+        else:
+            return {}
+        total = float(counts.sum())
+        return {str(g): float(v) / total for g, v in counts.items()} if total > 0 else {}
+
     def train_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
                   show: Callable[[str], None] | None = None) -> float:
         """``nnUNetv2_train`` of one arm (resumed with ``--c`` after an interruption, skipped when

@@ -223,3 +223,36 @@ def test_seeded_budget_trainers_start_from_the_same_weights(tmp_path):
         outputs[label] = done.stdout.strip().splitlines()[-1]
     assert outputs["seeded"] == "SAME 7 True"
     assert outputs["unseeded"] == "DIFFERENT None True"
+
+
+def test_draw_shares_count_the_sampler_draws_or_fall_back_to_uniform(tmp_path):
+    """The runs table's "minorities' share of draws": from the hardness report's draw counts of a
+    case-weighting run, from the training cases' groups for nnU-Net's uniform sampling, and
+    nothing for a run whose folder is gone."""
+    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+
+    ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
+    ws.raw.mkdir(parents=True)
+    (ws.raw / "subgroups.tsv").write_text(
+        "case\tcondition\tsplit\n" + "".join(f"c{i}\t{g}\ttrain\n" for i, g in
+                                             enumerate(["control", "control", "control", "spina_bifida", "other"]))
+        + "t0\tother\ttest\n")
+    dro, erm = ws.fold_folder("DROTrainer"), ws.fold_folder("ERMTrainer")
+    dro.mkdir(parents=True)
+    erm.mkdir(parents=True)
+    pd.DataFrame({"case": ["c0", "c1", "c2", "c3", "c4"], "stale_loss": 0.0, "probability": 0.2,
+                  "times_drawn": [10, 10, 0, 20, 10]}).to_csv(dro / "dro_hardness.csv", index=False)
+    (erm / "checkpoint_final.pth").write_bytes(b"")
+    assert ws.draw_shares("DROTrainer") == pytest.approx({"control": 0.4, "spina_bifida": 0.4, "other": 0.2})
+    assert ws.draw_shares("ERMTrainer") == pytest.approx({"control": 0.6, "spina_bifida": 0.2, "other": 0.2})
+    assert ws.draw_shares("NeverTrained") == {}
+
+
+@pytest.mark.parametrize("shares, shown", [
+    ({"draw_share_spina_bifida": 0.4, "draw_share_other": 0.2}, "0.60"),
+    ({"draw_share_spina_bifida": 0.4}, "0.40"),
+    ({}, "-"),
+    ({"draw_share_spina_bifida": float("nan"), "draw_share_other": float("nan")}, "-"),
+])
+def test_minority_share_cell(bench, shares, shown):
+    assert bench._minority_share(pd.Series({"arm": "x", **shares})) == shown

@@ -270,8 +270,9 @@ def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFr
         "## Runs: convergence and stability",
         "",
         "| arm | seed | controls' mean Dice per region | collapsed epochs | lost epochs | train s | DRO beta (last) | "
-        "perplexity/n (mean) | ESS/n (mean) | clipped (mean) | minorities' share of draws |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "perplexity/n (mean) | ESS/n (mean) | clipped (mean) | minorities' share of draws | "
+        "minority hardness AUC |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for _, r in runs.iterrows():
         means = ", ".join(f"{k} {v:.1f}" for k, v in (r["control_mean_dice"] or {}).items())
@@ -279,13 +280,14 @@ def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFr
                      f"{r.get('lost_epochs', '-')} | "
                      f"{r['train_seconds']:.0f} | {_fmt(r.get('dro_beta_last'))} | {_fmt(r.get('dro_perplexity_fraction_mean'))} | "
                      f"{_fmt(r.get('dro_ess_fraction_mean'))} | {_fmt(r.get('dro_clipped_fraction_mean'))} | "
-                     f"{_minority_share(r)} |")
+                     f"{_minority_share(r)} | {_fmt(r.get('minority_hardness_auc'))} |")
     lines += ["", f"(Converged means every region's mean Dice of the controls >= {CONVERGED_DICE:g}; "
                   "collapsed epochs: epochs >= 10 in which some structure's pseudo-Dice was < 0.05, including "
                   "structures not learned yet; lost epochs: epochs in which a structure whose pseudo-Dice had "
                   "reached 0.5 was < 0.05 again; minorities' share of draws: the training draws that went to "
                   f"{' and '.join(MINORITY_GROUPS)} cases, counted by the sampler, or their share of the training "
-                  "cases for nnU-Net's uniform sampling.)", "",
+                  "cases for nnU-Net's uniform sampling; minority hardness AUC: the probability that a minority "
+                  "training case ends with a higher stale loss than a control, 0.5 = chance.)", "",
               "## Dice per group and region (mean ± sd over seeds)", "",
               "| group | region | arm | n/seed | " + " | ".join(REPORT_STATISTICS) + " |",
               "|---|---|---|---:|" + "---:|" * len(REPORT_STATISTICS)]
@@ -457,7 +459,8 @@ def run(args: argparse.Namespace) -> int:
             summary, per_case = ws.load(arm)
             # computed now, not stored: stored results predate it, and the runs' folders hold the counts
             shares = ws.draw_shares(summary.get("trainer", ARM_TRAINERS[arm]))
-            summary.update({f"draw_share_{group}": share for group, share in shares.items()})
+            summary.update({f"draw_share_{group}": share for group, share in shares.items()},
+                           minority_hardness_auc=ws.minority_hardness_auc(summary.get("trainer", ARM_TRAINERS[arm])))
             if summary.get("budget") != {"epochs": budget.epochs, "iterations_per_epoch": budget.iterations_per_epoch}:
                 raise UserError(f"{ws.arm_folder(arm)}: stored with budget {summary.get('budget')}, not "
                                 f"{budget}; use another -o or --overwrite")

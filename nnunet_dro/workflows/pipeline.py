@@ -159,23 +159,46 @@ class Workspace:
         return (json.loads((folder / "result.json").read_text()),
                 pd.read_csv(folder / "per_case.csv", dtype={"case": str}))
 
+    def _training_groups(self) -> pd.DataFrame:
+        subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
+        return subgroups[subgroups["split"] == "train"][["case", GROUP_COLUMN]]
+
+    def _hardness_report(self, trainer: str) -> pd.DataFrame | None:
+        """The run's ``dro_hardness.csv`` joined with the training cases' groups, if it has one."""
+        report = self.fold_folder(trainer) / "dro_hardness.csv"
+        if not report.is_file():
+            return None
+        table = pd.read_csv(report, dtype={"case": str}).drop(columns=[GROUP_COLUMN, "group"], errors="ignore")
+        return table.merge(self._training_groups(), on="case")
+
     def draw_shares(self, trainer: str) -> dict[str, float]:
         """Share of the training draws that went to each group (condition): counted from the
         hardness report (``times_drawn``) of a case-weighting run; for a trainer without one
         (nnU-Net's ERM) each group's share of the training cases, what uniform sampling gives in
         expectation. Empty when the run's folder is gone."""
-        subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
-        train = subgroups[subgroups["split"] == "train"][["case", GROUP_COLUMN]]
-        report = self.fold_folder(trainer) / "dro_hardness.csv"
-        if report.is_file():
-            drawn = pd.read_csv(report, dtype={"case": str})[["case", "times_drawn"]].merge(train, on="case")
-            counts = drawn.groupby(GROUP_COLUMN)["times_drawn"].sum()
+        report = self._hardness_report(trainer)
+        if report is not None:
+            counts = report.groupby(GROUP_COLUMN)["times_drawn"].sum()
         elif (self.fold_folder(trainer) / "checkpoint_final.pth").is_file():
-            counts = train.groupby(GROUP_COLUMN)["case"].size()
+            counts = self._training_groups().groupby(GROUP_COLUMN)["case"].size()
         else:
             return {}
         total = float(counts.sum())
         return {str(g): float(v) / total for g, v in counts.items()} if total > 0 else {}
+
+    def minority_hardness_auc(self, trainer: str) -> float:
+        """How well the run's final stale losses single out the minority cases: the probability
+        that a random minority case has a higher stale loss than a random control (Mann-Whitney
+        AUC; 0.5: no better than chance). NaN without a hardness report."""
+        report = self._hardness_report(trainer)
+        if report is None:
+            return float("nan")
+        minority = report[GROUP_COLUMN].isin(MINORITY_GROUPS).to_numpy()
+        losses = report["stale_loss"].to_numpy(dtype=np.float64)
+        if minority.all() or not minority.any():
+            return float("nan")
+        higher = losses[minority][:, None] - losses[~minority][None, :]
+        return float(np.mean((higher > 0) + 0.5 * (higher == 0)))
 
     def train_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
                   show: Callable[[str], None] | None = None) -> float:

@@ -228,7 +228,7 @@ def test_seeded_budget_trainers_start_from_the_same_weights(tmp_path):
 def test_draw_shares_count_the_sampler_draws_or_fall_back_to_uniform(tmp_path):
     """The runs table's "minorities' share of draws": from the hardness report's draw counts of a
     case-weighting run, from the training cases' groups for nnU-Net's uniform sampling, and
-    nothing for a run whose folder is gone."""
+    nothing for a run whose folder is gone; and how well the stale losses rank minorities first."""
     from nnunet_dro.workflows.pipeline import Cohort, Workspace
 
     ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
@@ -240,12 +240,16 @@ def test_draw_shares_count_the_sampler_draws_or_fall_back_to_uniform(tmp_path):
     dro, erm = ws.fold_folder("DROTrainer"), ws.fold_folder("ERMTrainer")
     dro.mkdir(parents=True)
     erm.mkdir(parents=True)
-    pd.DataFrame({"case": ["c0", "c1", "c2", "c3", "c4"], "stale_loss": 0.0, "probability": 0.2,
-                  "times_drawn": [10, 10, 0, 20, 10]}).to_csv(dro / "dro_hardness.csv", index=False)
+    pd.DataFrame({"case": ["c0", "c1", "c2", "c3", "c4"], "stale_loss": [0.1, 0.2, 0.3, 0.25, 0.5],
+                  "probability": 0.2, "times_drawn": [10, 10, 0, 20, 10],
+                  "group": ["control"] * 3 + ["spina_bifida", "other"]}).to_csv(dro / "dro_hardness.csv", index=False)
     (erm / "checkpoint_final.pth").write_bytes(b"")
     assert ws.draw_shares("DROTrainer") == pytest.approx({"control": 0.4, "spina_bifida": 0.4, "other": 0.2})
     assert ws.draw_shares("ERMTrainer") == pytest.approx({"control": 0.6, "spina_bifida": 0.2, "other": 0.2})
     assert ws.draw_shares("NeverTrained") == {}
+    # spina bifida beats 2 of 3 controls, other all 3: AUC 5/6
+    assert ws.minority_hardness_auc("DROTrainer") == pytest.approx(5 / 6)
+    assert np.isnan(ws.minority_hardness_auc("ERMTrainer"))
 
 
 @pytest.mark.parametrize("shares, shown", [

@@ -168,7 +168,8 @@ def paired_comparison(per_case: pd.DataFrame, by_seed: pd.DataFrame, baseline: s
                     row[f"d_{s}_sd"] = float(np.std(values, ddof=1)) if values.size > 1 else np.nan
                     row[f"d_{s}_seeds_up"] = int((values > 0).sum())
                     row[f"d_{s}_signs"] = "".join("+" if v > 0 else "-" if v < 0 else "0" for v in values)
-                row["n_seeds"] = int(len(seeds.dropna(how="any"))) if len(seeds) else 0
+                    if s == "mean":  # seeds where this arm and the baseline both ran (other arms may lack some)
+                        row["n_seeds"] = int(values.size)
                 pairs = (frame[(frame["region"] == region) & frame["method"].isin([arm, baseline])]
                          .pivot_table(index=["seed", "case"], columns="method", values="value", aggfunc="first"))
                 if {arm, baseline} <= set(pairs.columns):

@@ -260,3 +260,17 @@ def test_draw_shares_count_the_sampler_draws_or_fall_back_to_uniform(tmp_path):
 ])
 def test_minority_share_cell(bench, shares, shown):
     assert bench._minority_share(pd.Series({"arm": "x", **shares})) == shown
+
+
+def test_an_arm_missing_a_seed_does_not_shrink_the_seed_count_of_the_others(bench):
+    """Arms are added in pieces: a third arm run on seeds 0 and 1 only must not make the other arm's
+    3-seed comparison count as 2 seeds (and fail its "better in every seed" target)."""
+    per_case = _per_case(12.0)
+    partial = per_case[(per_case.method == "Adaptive_f50") & (per_case.seed < 2)].assign(method="GroupDRO")
+    per_case = pd.concat([per_case, partial], ignore_index=True)
+    by_seed = bench.summary_by_seed(per_case)
+    paired = bench.paired_comparison(per_case, by_seed).set_index(["method", "group"])
+    assert paired.loc[("Adaptive_f50", "spina_bifida"), "n_seeds"] == 3
+    assert paired.loc[("GroupDRO", "spina_bifida"), "n_seeds"] == 2
+    row = paired.loc[("Adaptive_f50", "spina_bifida")]
+    assert row["d_p10_seeds_up"] == row["n_seeds"] == 3  # what the "better in every seed" target compares

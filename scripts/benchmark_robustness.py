@@ -458,13 +458,13 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 ws.run_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
             summary, per_case = ws.load(arm)
-            # computed now, not stored: stored results predate it, and the runs' folders hold the counts
-            shares = ws.draw_shares(summary.get("trainer", ARM_TRAINERS[arm]))
-            summary.update({f"draw_share_{group}": share for group, share in shares.items()},
-                           minority_hardness_auc=ws.minority_hardness_auc(summary.get("trainer", ARM_TRAINERS[arm])))
             if summary.get("budget") != {"epochs": budget.epochs, "iterations_per_epoch": budget.iterations_per_epoch}:
                 raise UserError(f"{ws.arm_folder(arm)}: stored with budget {summary.get('budget')}, not "
                                 f"{budget}; use another -o or --overwrite")
+            # computed now, not stored: stored results predate it, and the runs' folders hold the counts
+            trainer = summary.get("trainer", ARM_TRAINERS[arm])
+            summary.update({f"draw_share_{group}": share for group, share in ws.draw_shares(trainer).items()},
+                           minority_hardness_auc=ws.minority_hardness_auc(trainer))
             say(convergence_line(f"{arm} seed {seed}", summary))
             per_case = per_case.assign(seed=seed, method=arm)
             tables.append(per_case)

@@ -193,12 +193,14 @@ class Workspace:
         report = self._hardness_report(trainer)
         if report is None:
             return float("nan")
+        from scipy.stats import mannwhitneyu
+
         minority = report[GROUP_COLUMN].isin(MINORITY_GROUPS).to_numpy()
         losses = report["stale_loss"].to_numpy(dtype=np.float64)
         if minority.all() or not minority.any():
             return float("nan")
-        higher = losses[minority][:, None] - losses[~minority][None, :]
-        return float(np.mean((higher > 0) + 0.5 * (higher == 0)))
+        u = mannwhitneyu(losses[minority], losses[~minority]).statistic  # ties count one half
+        return float(u) / (minority.sum() * (~minority).sum())
 
     def train_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
                   show: Callable[[str], None] | None = None) -> float:

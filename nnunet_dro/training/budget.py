@@ -119,7 +119,7 @@ from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerDROAdapti
 from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTrainerDROAdaptive_f50,  # noqa: E402
                                           nnUNetTrainerDROAdaptive_f75, nnUNetTrainerDROAdaptive_f90,
                                           nnUNetTrainerDROAdaptive_kappa1, nnUNetTrainerDROAdaptive_noIS,
-                                          nnUNetTrainerDROAdaptive_warm50,
+                                          nnUNetTrainerDROAdaptive_warm50, nnUNetTrainerDROAdaptive_f25_noIS,
                                           nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS)
 
 
@@ -148,6 +148,10 @@ class nnUNetTrainerDROAdaptive_f90_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive
 
 
 class nnUNetTrainerDROAdaptive_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noIS):
+    pass
+
+
+class nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f25_noIS):
     pass
 
 
@@ -184,5 +188,6 @@ BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnU
                    "nnUNetTrainerDROAdaptive_f75_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
                    "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
                    "nnUNetTrainerGroupBalanced_CPUBudget", "nnUNetTrainerGroupDRO_CPUBudget")

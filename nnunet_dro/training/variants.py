@@ -23,6 +23,7 @@ robustness benchmark (docs/evidence.md); the ``_fXX`` family keeps the paper's i
 | nnUNetTrainerDROAdaptive_f50     | 0.5                                       | on                  |
 | nnUNetTrainerDROAdaptive_f75     | 0.75                                      | on                  |
 | nnUNetTrainerDROAdaptive_f90     | 0.9 (mildest)                             | on                  |
+| nnUNetTrainerDROAdaptive_f25_noIS | 0.25                                     | off                 |
 | nnUNetTrainerDROAdaptive_noIS    | 0.5                                       | off                 |
 | nnUNetTrainerDROAdaptive_f75_noIS | 0.75                                     | off                 |
 | nnUNetTrainerDROAdaptive_f90_noIS | 0.9 (the default's setting, by name)     | off                 |
@@ -92,6 +93,10 @@ class nnUNetTrainerDROAdaptive_f90(nnUNetTrainerDROAdaptive):
 class nnUNetTrainerDROAdaptive_noIS(nnUNetTrainerDROAdaptive):
     dro_fraction = 0.5
     dro_importance_sampling = False
+
+
+class nnUNetTrainerDROAdaptive_f25_noIS(nnUNetTrainerDROAdaptive_noIS):
+    dro_fraction = 0.25
 
 
 class nnUNetTrainerDROAdaptive_f75_noIS(nnUNetTrainerDROAdaptive_noIS):

@@ -50,6 +50,7 @@ ARM_TRAINERS = {
     "Adaptive_f50": "nnUNetTrainerDROAdaptive_f50_CPUBudget",
     "Adaptive_f75": "nnUNetTrainerDROAdaptive_f75_CPUBudget",
     "Adaptive_f90": "nnUNetTrainerDROAdaptive_f90_CPUBudget",
+    "Adaptive_f25_noIS": "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget",
     "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "Adaptive_f75_noIS": "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
     "Adaptive_f90_noIS": "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",  # = nnUNetTrainerDROAdaptive's default

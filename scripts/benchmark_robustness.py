@@ -272,8 +272,8 @@ def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFr
         "",
         "| arm | seed | controls' mean Dice per region | collapsed epochs | lost epochs | train s | DRO beta (last) | "
         "perplexity/n (mean) | ESS/n (mean) | clipped (mean) | minorities' share of draws | "
-        "minority hardness AUC |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "minority hardness AUC | busiest case's draws (x uniform) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for _, r in runs.iterrows():
         means = ", ".join(f"{k} {v:.1f}" for k, v in (r["control_mean_dice"] or {}).items())
@@ -281,14 +281,16 @@ def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFr
                      f"{r.get('lost_epochs', '-')} | "
                      f"{r['train_seconds']:.0f} | {_fmt(r.get('dro_beta_last'))} | {_fmt(r.get('dro_perplexity_fraction_mean'))} | "
                      f"{_fmt(r.get('dro_ess_fraction_mean'))} | {_fmt(r.get('dro_clipped_fraction_mean'))} | "
-                     f"{_minority_share(r)} | {_fmt(r.get('minority_hardness_auc'))} |")
+                     f"{_minority_share(r)} | {_fmt(r.get('minority_hardness_auc'))} | "
+                     f"{_fmt(r.get('busiest_case_draws'))} |")
     lines += ["", f"(Converged means every region's mean Dice of the controls >= {CONVERGED_DICE:g}; "
                   "collapsed epochs: epochs >= 10 in which some structure's pseudo-Dice was < 0.05, including "
                   "structures not learned yet; lost epochs: epochs in which a structure whose pseudo-Dice had "
                   "reached 0.5 was < 0.05 again; minorities' share of draws: the training draws that went to "
                   f"{' and '.join(MINORITY_GROUPS)} cases, counted by the sampler, or their share of the training "
                   "cases for nnU-Net's uniform sampling; minority hardness AUC: the probability that a minority "
-                  "training case ends with a higher stale loss than a control, 0.5 = chance.)", "",
+                  "training case ends with a higher stale loss than a control, 0.5 = chance; busiest case's draws: the "
+                  "most-drawn training case's draws over the uniform expectation, from the sampler's counts.)", "",
               "## Dice per group and region (mean ± sd over seeds)", "",
               "| group | region | arm | n/seed | " + " | ".join(REPORT_STATISTICS) + " |",
               "|---|---|---|---:|" + "---:|" * len(REPORT_STATISTICS)]
@@ -464,7 +466,8 @@ def run(args: argparse.Namespace) -> int:
             # computed now, not stored: stored results predate it, and the runs' folders hold the counts
             trainer = summary.get("trainer", ARM_TRAINERS[arm])
             summary.update({f"draw_share_{group}": share for group, share in ws.draw_shares(trainer).items()},
-                           minority_hardness_auc=ws.minority_hardness_auc(trainer))
+                           minority_hardness_auc=ws.minority_hardness_auc(trainer),
+                           busiest_case_draws=ws.busiest_case_draws(trainer))
             say(convergence_line(f"{arm} seed {seed}", summary))
             per_case = per_case.assign(seed=seed, method=arm)
             tables.append(per_case)

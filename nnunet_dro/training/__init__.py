@@ -21,7 +21,8 @@ from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTra
                                           nnUNetTrainerDROAdaptive_f50, nnUNetTrainerDROAdaptive_f75,
                                           nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_kappa1,
                                           nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50,
-                                          nnUNetTrainerDROAdaptive_f25_noIS, nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS)
+                                          nnUNetTrainerDROAdaptive_f25_noIS, nnUNetTrainerDROAdaptive_f75_noIS,
+                                          nnUNetTrainerDROAdaptive_noIS_smooth25, nnUNetTrainerDROAdaptive_f90_noIS)
 from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
                                         nnUNetTrainerDROAdaptive_CPUBudget, nnUNetTrainerDROAdaptive_f25_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f50_CPUBudget,
@@ -29,6 +30,7 @@ from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDR
                                         nnUNetTrainerDROAdaptive_kappa1_CPUBudget, nnUNetTrainerDROAdaptive_noIS_CPUBudget,
                                         nnUNetTrainerDROAdaptive_warm50_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget,
+                                        nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget,
                                         nnUNetTrainerGroupBalanced_CPUBudget, nnUNetTrainerGroupDRO_CPUBudget)
@@ -46,6 +48,7 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_f90",
     "nnUNetTrainerDROAdaptive_noIS",
     "nnUNetTrainerDROAdaptive_f25_noIS",
+    "nnUNetTrainerDROAdaptive_noIS_smooth25",
     "nnUNetTrainerDROAdaptive_f75_noIS",
     "nnUNetTrainerDROAdaptive_f90_noIS",
     "nnUNetTrainerDROAdaptive_kappa1",
@@ -59,6 +62,7 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_f90_CPUBudget",
     "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget",
+    "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
     "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
     "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
     "nnUNetTrainerGroupBalanced_CPUBudget",

@@ -120,6 +120,7 @@ from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTr
                                           nnUNetTrainerDROAdaptive_f75, nnUNetTrainerDROAdaptive_f90,
                                           nnUNetTrainerDROAdaptive_kappa1, nnUNetTrainerDROAdaptive_noIS,
                                           nnUNetTrainerDROAdaptive_warm50, nnUNetTrainerDROAdaptive_f25_noIS,
+                                          nnUNetTrainerDROAdaptive_noIS_smooth25,
                                           nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS)
 
 
@@ -152,6 +153,10 @@ class nnUNetTrainerDROAdaptive_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptiv
 
 
 class nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f25_noIS):
+    pass
+
+
+class nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noIS_smooth25):
     pass
 
 
@@ -189,5 +194,5 @@ BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnU
                    "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
                    "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
                    "nnUNetTrainerGroupBalanced_CPUBudget", "nnUNetTrainerGroupDRO_CPUBudget")

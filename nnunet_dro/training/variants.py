@@ -25,6 +25,7 @@ robustness benchmark (docs/evidence.md); the ``_fXX`` family keeps the paper's i
 | nnUNetTrainerDROAdaptive_f90     | 0.9 (mildest)                             | on                  |
 | nnUNetTrainerDROAdaptive_f25_noIS | 0.25                                     | off                 |
 | nnUNetTrainerDROAdaptive_noIS    | 0.5                                       | off                 |
+| nnUNetTrainerDROAdaptive_noIS_smooth25 | 0.5, stale losses smoothed: L += 0.25 (l - L) | off          |
 | nnUNetTrainerDROAdaptive_f75_noIS | 0.75                                     | off                 |
 | nnUNetTrainerDROAdaptive_f90_noIS | 0.9 (the default's setting, by name)     | off                 |
 | nnUNetTrainerDROAdaptive_warm50  | 0.5 after uniform sampling (ERM) for the first half of the epochs | on |
@@ -97,6 +98,13 @@ class nnUNetTrainerDROAdaptive_noIS(nnUNetTrainerDROAdaptive):
 
 class nnUNetTrainerDROAdaptive_f25_noIS(nnUNetTrainerDROAdaptive_noIS):
     dro_fraction = 0.25
+
+
+class nnUNetTrainerDROAdaptive_noIS_smooth25(nnUNetTrainerDROAdaptive_noIS):
+    """f = 0.5 without importance weights, each stale loss an exponential average of the case's
+    fresh losses (``L <- L + 0.25 (l - L)``, about its last 4-7 draws): one noisy patch loss no
+    longer moves the case's probability by itself, so p drifts more slowly."""
+    dro_loss_smoothing = 0.25
 
 
 class nnUNetTrainerDROAdaptive_f75_noIS(nnUNetTrainerDROAdaptive_noIS):

@@ -52,6 +52,7 @@ ARM_TRAINERS = {
     "Adaptive_f90": "nnUNetTrainerDROAdaptive_f90_CPUBudget",
     "Adaptive_f25_noIS": "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget",
     "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
+    "Adaptive_f50_noIS_smooth25": "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
     "Adaptive_f75_noIS": "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
     "Adaptive_f90_noIS": "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",  # = nnUNetTrainerDROAdaptive's default
     "Adaptive_kappa1": "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
@@ -186,6 +187,17 @@ class Workspace:
             return {}
         total = float(counts.sum())
         return {str(g): float(v) / total for g, v in counts.items()} if total > 0 else {}
+
+    def busiest_case_draws(self, trainer: str) -> float:
+        """How far a case-weighting run concentrated on single cases: the most-drawn training case's
+        draws over what uniform sampling gives each case (``total / n``; 1 = no case favoured).
+        NaN without a hardness report (nnU-Net's own uniform sampling keeps no counts)."""
+        report = self._hardness_report(trainer)
+        if report is None or not len(report):
+            return float("nan")
+        counts = report["times_drawn"].to_numpy(dtype=np.float64)
+        total = counts.sum()
+        return float(counts.max() * len(counts) / total) if total > 0 else float("nan")
 
     def minority_hardness_auc(self, trainer: str) -> float:
         """How well the run's final stale losses single out the minority cases: the probability

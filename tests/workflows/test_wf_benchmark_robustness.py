@@ -250,6 +250,9 @@ def test_draw_shares_count_the_sampler_draws_or_fall_back_to_uniform(tmp_path):
     # spina bifida beats 2 of 3 controls, other all 3: AUC 5/6
     assert ws.minority_hardness_auc("DROTrainer") == pytest.approx(5 / 6)
     assert np.isnan(ws.minority_hardness_auc("ERMTrainer"))
+    # c3 drew 20 of 50, uniform gives each of the 5 cases 10
+    assert ws.busiest_case_draws("DROTrainer") == pytest.approx(2.0)
+    assert np.isnan(ws.busiest_case_draws("ERMTrainer"))
 
 
 @pytest.mark.parametrize("shares, shown", [

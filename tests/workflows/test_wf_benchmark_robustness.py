@@ -168,9 +168,28 @@ def test_reports_and_tradeoff_plot_render(bench, tmp_path):
                 "budget": "CPU budget defaults", "device": "cpu", "seconds": 1.0, "runs": "x"}
     text = bench.markdown_report(summary, paired, _runs(), settings, hardest, targets)
     assert "| spina_bifida | cerebellum | Adaptive_f50 |" in text and "Δp10" in text and "## Targets" in text
+    assert "## Headline" in text and "| Adaptive_f50 | 3 |" in text
     assert "spina_bifida" in bench.terminal_report(summary, paired, targets)
     bench.plot_tradeoff(tmp_path / "tradeoff.png", by_seed, hardest, ["ERM", "Adaptive_f50"])
     assert (tmp_path / "tradeoff.png").stat().st_size > 10_000
+
+
+def test_headline_shows_erm_in_dice_and_each_arm_as_its_paired_difference(bench):
+    """The headline: ERM's row holds Dice (mean ± sd over seeds), the other arm's the paired
+    difference with its sign per seed; the controls' cell of an arm that changed only the
+    minority's tail reads +0.0."""
+    per_case = _per_case(12.0)
+    by_seed = bench.summary_by_seed(per_case)
+    summary = bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_f50"])
+    paired = bench.paired_comparison(per_case, by_seed)
+    runs = _runs().assign(draw_share_spina_bifida=0.3, draw_share_other=0.1)
+    lines = bench.headline_table(summary, paired, runs, {"spina_bifida": "cerebellum"})
+    assert lines[0].startswith("| arm | seeds | spina_bifida cerebellum p10 | control cerebellum mean |")
+    erm, arm = lines[2].split(" | "), lines[3].split(" | ")
+    erm_p10 = summary.set_index(["method", "group"]).loc[("ERM", "spina_bifida")]
+    assert erm[:2] == ["| ERM", "3"] and erm[2] == f"{erm_p10['p10']:.1f} ± {erm_p10['p10_sd']:.1f}"
+    assert arm[:2] == ["| Adaptive_f50", "3"] and arm[2].endswith("[+++]") and arm[3].startswith("+0.0")
+    assert arm[4:] == ["0, 0, 0", "0.40 |"]
 
 
 def test_report_only_without_runs_is_a_clear_error(bench, tmp_path, capsys):

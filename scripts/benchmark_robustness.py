@@ -348,19 +348,24 @@ def headline_table(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFra
             values = [_signed(rows.loc[(g, r), f"d_{s}"], rows.loc[(g, r), f"d_{s}_sd"], rows.loc[(g, r), f"d_{s}_signs"])
                       if (g, r) in rows.index else "n/a" for g, r, s in cells]
         lost = ", ".join(str(int(v)) for v in mine["lost_epochs"]) if "lost_epochs" in mine else "-"
-        shares = [float(v) for v in (_minority_share(r) for _, r in mine.iterrows()) if v != "-"]
+        shares = [v for v in (_minority_share_value(r) for _, r in mine.iterrows()) if not np.isnan(v)]
         share = f"{np.mean(shares):.2f}" if shares else "-"
         lines.append(f"| {arm} | {len(mine)} | " + " | ".join(values) + f" | {lost} | {share} |")
     return lines
 
 
-def _minority_share(run: pd.Series) -> str:
-    """The minority groups' share of a run's training draws (``draw_share_<group>`` columns), e.g.
-    ``0.26``; ``-`` when unknown."""
+def _minority_share_value(run: pd.Series) -> float:
+    """The minority groups' share of a run's training draws (sum of its ``draw_share_<group>``
+    columns); NaN when unknown."""
     shares = [run.get(f"draw_share_{group}") for group in MINORITY_GROUPS]
-    if all(share is None or not np.isfinite(share) for share in shares):
-        return "-"
-    return f"{sum(share for share in shares if share is not None and np.isfinite(share)):.2f}"
+    known = [share for share in shares if share is not None and np.isfinite(share)]
+    return float(sum(known)) if known else float("nan")
+
+
+def _minority_share(run: pd.Series) -> str:
+    """:func:`_minority_share_value` as a table cell, e.g. ``0.26``; ``-`` when unknown."""
+    share = _minority_share_value(run)
+    return "-" if np.isnan(share) else f"{share:.2f}"
 
 
 def _fmt(value) -> str:

@@ -12,8 +12,9 @@ def register(subparsers) -> None:
         description="Make a synthetic fetal-brain-like cohort with hidden stratification, plan and preprocess "
                     "it, train nnU-Net's ERM trainer and nnUNetTrainerDROAdaptive (scale-free DRO, default setting: "
                     "f = 0.9, no importance weights) with the same CPU budget (a quarter of nnU-Net's "
-                    "features per stage, 120 epochs x 25 iterations) from the same initial weights, predict the test cases and print the stratified "
-                    "table (ERM vs DRO per condition and region). Everything is written to OUT (its own "
+                    "features per stage, 120 epochs x 25 iterations) from the same initial weights, predict "
+                    "the test cases and print the stratified table (ERM vs DRO per condition and region). "
+                    "Everything is written to OUT (its own "
                     "nnUNet_raw/preprocessed/results); completed steps are reused when re-run.")
     parser.add_argument("-o", dest="output", default="nnunet_dro_demo", metavar="OUT",
                         help="working and output folder. Default: ./nnunet_dro_demo")

@@ -5,8 +5,8 @@
 2. ``nnUNetv2_plan_and_preprocess``;
 3. ``nnUNetv2_train`` of nnU-Net's ERM trainer and of the default scale-free DRO setting
    (``nnUNetTrainerDROAdaptive``: f = 0.9, no importance weights), both at the CPU budget of
-   :mod:`nnunet_dro.training.budget` (``<Trainer>_CPUBudget``: a quarter of nnU-Net's features per stage, 120 epochs x 25
-   iterations) and from the same initial weights;
+   :mod:`nnunet_dro.training.budget` (``<Trainer>_CPUBudget``: a quarter of nnU-Net's features
+   per stage, 120 epochs x 25 iterations) and from the same initial weights;
 4. ``nnUNetv2_predict`` of the test images with both;
 5. ``nnunet_dro evaluate`` by condition and region (white matter, intra-axial CSF, cerebellum),
    printed as the paper's table, with box plots, each run's convergence and stability, and the

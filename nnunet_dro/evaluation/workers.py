@@ -9,7 +9,12 @@ segfault, ``kill -9``) and fails every pending future with ``BrokenProcessPool``
 - each task records in shared memory which worker process reads which case, so a dead worker's
   error names the cases that were being read when it died;
 - workers ignore SIGINT: Ctrl-C in a terminal signals the whole process group, and only the
-  parent should handle it (once), not every worker with a traceback of its own.
+  parent should handle it (once), not every worker with a traceback of its own;
+- in the parent, Ctrl-C only sets a flag that the waiting loop checks, and KeyboardInterrupt is
+  raised there after the pool is shut down. Raised asynchronously, it can land inside
+  ``concurrent.futures`` while that holds a future's lock (``wait()`` takes the locks of all
+  pending futures); the executor's manager thread then blocks on that lock for ever and
+  ``shutdown()`` with it.
 
 Workers start from a ``forkserver`` (``spawn`` where it does not exist), never by plain fork:
 the parent may run threads (tqdm, ITK's thread pool) that make fork unsafe. The forkserver has
@@ -20,14 +25,17 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.metrics import CaseResult, CaseTask, evaluate_case
 
 _reading = None  # the shared array, in a worker: task index -> pid of the worker reading it
+_POLL_SECONDS = 0.1  # how soon the waiting loop notices Ctrl-C
 
 
 def _init_worker(reading) -> None:
@@ -64,22 +72,45 @@ def read_cases_in_pool(tasks: Sequence[CaseTask], workers: int,
     context = process_context()
     reading = context.RawArray("i", len(tasks))  # anonymous shared memory, nothing in /dev/shm
     results: dict[str, CaseResult] = {}
-    executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                                   initargs=(reading,))
-    try:
-        pending = {executor.submit(_run, index, task): task.case for index, task in enumerate(tasks)}
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                pending.pop(future)
-                result = future.result()  # raises the worker's error, or BrokenProcessPool
-                results[result.case] = result
-                on_result(result)
-    except BrokenProcessPool:
-        raise UserError(_dead_worker_message(tasks, reading, results)) from None
-    finally:
-        executor.shutdown(wait=True, cancel_futures=True)
+    with _sigint_as_flag() as interrupted:
+        executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
+                                       initargs=(reading,))
+        try:
+            pending = {executor.submit(_run, index, task): task.case for index, task in enumerate(tasks)}
+            while pending and not interrupted:
+                done, _ = wait(pending, timeout=_POLL_SECONDS, return_when=FIRST_COMPLETED)
+                for future in done:
+                    pending.pop(future)
+                    result = future.result()  # raises the worker's error, or BrokenProcessPool
+                    results[result.case] = result
+                    on_result(result)
+        except BrokenProcessPool:
+            raise UserError(_dead_worker_message(tasks, reading, results)) from None
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+    if interrupted:
+        raise KeyboardInterrupt  # here, with the pool gone and no lock held
     return results
+
+
+@contextmanager
+def _sigint_as_flag() -> Iterator[list]:
+    """While active, SIGINT appends to the yielded list instead of raising KeyboardInterrupt.
+
+    The handler touches no lock (a lock held by the interrupted code would deadlock it). Nothing
+    changes where SIGINT is not Python's default handler (ignored in a background job, a custom
+    handler) or outside the main thread, where handlers cannot be installed.
+    """
+    flag: list = []
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield flag
+        return
+    signal.signal(signal.SIGINT, lambda signum, frame: flag.append(signum))
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _dead_worker_message(tasks: Sequence[CaseTask], reading, results: dict) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from eval_testdata import make_cohort
+from eval_testdata import PYTHON, make_cohort
 from proc_tools import SHM, RunningCli, descendants_of, ignores_signal, semaphores_of, wait_until_gone
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists() or not SHM.is_dir(),
@@ -122,3 +123,62 @@ def test_ctrl_c_is_handled_once_by_the_parent(big_cohort, tmp_path):
     assert not out.exists()
     assert wait_until_gone(tree) == []
     assert not {name for name in semaphores if (SHM / name).exists()}
+
+
+# Ctrl-C can arrive at any bytecode of the parent. The dangerous moment is inside
+# concurrent.futures.wait(), which takes the lock of every pending future one after the other: a
+# KeyboardInterrupt raised there leaves some of those locks held, the executor's manager thread
+# then blocks for ever when it sets that future's result, and shutdown() waits for it for ever.
+# The script below makes the signal arrive exactly there, every time.
+_CTRL_C_WHILE_FUTURES_ARE_LOCKED = r"""
+import os, signal, sys
+from concurrent.futures import _base
+from pathlib import Path
+from nnunet_dro.evaluation.metrics import CaseTask
+from nnunet_dro.evaluation.workers import read_cases_in_pool
+
+def main():
+    ref, pred = Path(sys.argv[1]), Path(sys.argv[2])
+    tasks = [CaseTask(p.name[:-7], str(p), (("A", str(pred / p.name)),)) for p in sorted(ref.iterdir())]
+    original_enter, calls = _base._AcquireFutures.__enter__, []
+
+    def enter_then_ctrl_c(self):
+        # take the first lock, then the user presses Ctrl-C (on the 20th wait, cases being read)
+        calls.append(1)
+        futures = list(self.futures)
+        futures[0]._condition.acquire()
+        if len(calls) == 20:
+            os.kill(os.getpid(), signal.SIGINT)
+        for future in futures[1:]:
+            future._condition.acquire()
+
+    _base._AcquireFutures.__enter__ = enter_then_ctrl_c
+    try:
+        read_cases_in_pool(tasks, 2)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    finally:
+        _base._AcquireFutures.__enter__ = original_enter
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "SIGINT handler not restored"
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_ctrl_c_while_the_parent_holds_the_futures_locks_is_no_deadlock(big_cohort, tmp_path):
+    ref, pred = big_cohort
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(_CTRL_C_WHILE_FUTURES_ARE_LOCKED)
+    # SIGINT at its default, as in a terminal; its own session, so that a hang leaves nothing behind
+    process = subprocess.Popen([str(PYTHON), str(script), str(ref), str(pred)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise AssertionError("deadlock: the pool did not shut down within 120 s of Ctrl-C") from None
+    assert process.returncode == 0, stderr
+    assert stdout.splitlines() == ["interrupted"], stdout + stderr

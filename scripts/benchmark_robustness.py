@@ -63,10 +63,10 @@ MAJORITY_TOLERANCE = 1.0
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``"3"`` -> ``[0, 1, 2]``; ``"4,7,9"`` -> ``[4, 7, 9]``.
+    """``"3"`` -> ``[0, 1, 2]``; ``"4,7,9"`` -> ``[4, 7, 9]``; one seed alone is ``"2,"``.
 
-    >>> parse_seeds("3"), parse_seeds("4,7")
-    ([0, 1, 2], [4, 7])
+    >>> parse_seeds("3"), parse_seeds("4,7"), parse_seeds("2,")
+    ([0, 1, 2], [4, 7], [2])
     """
     try:
         if "," in text:
@@ -75,6 +75,9 @@ def parse_seeds(text: str) -> list[int]:
             seeds = list(range(int(text)))
     except ValueError:
         raise UserError(f"--seeds {text!r}: expected a count (3) or a comma-separated list (0,1,2)") from None
+    if text.strip() == "0":
+        raise UserError("--seeds '0': a bare number is a count of seeds (3 = seeds 0, 1, 2); "
+                        "for seed 0 alone write --seeds 0,")
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
         raise UserError(f"--seeds {text!r}: need at least one seed, non-negative and without repeats")
     return seeds
@@ -442,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="ERM vs DRO arms (CPU-budget nnU-Net trainers) on the synthetic fetal-brain-like cohort, "
                     "paired over seeds; stores each (seed, arm) as it finishes and reports Dice mean, p10, p5 "
                     "and IQR per condition and region, paired differences to ERM and the trade-off plot.")
-    parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a list 0,1,2. Default: 3")
+    parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a list 0,1,2 (one seed alone: 2,). Default: 3")
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                         help=f"comma-separated arms among {', '.join(ARM_TRAINERS)}. Default: {','.join(DEFAULT_ARMS)}")
     parser.add_argument("--epochs", type=int, default=None, help="override the budget's epochs (smoke runs only)")

@@ -41,6 +41,11 @@ def test_parse_seeds(bench, text, expected):
     assert bench.parse_seeds(text) == expected
 
 
+def test_a_count_of_zero_says_how_to_name_seed_zero(bench):
+    with pytest.raises(UserError, match="for seed 0 alone write --seeds 0,"):
+        bench.parse_seeds("0")
+
+
 @pytest.mark.parametrize("text", ["0", "abc", "1,1", "-1,2", "2.5", ","])
 def test_parse_seeds_rejects(bench, text):
     with pytest.raises(UserError, match="--seeds"):

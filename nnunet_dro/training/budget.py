@@ -121,7 +121,8 @@ from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTr
                                           nnUNetTrainerDROAdaptive_kappa1, nnUNetTrainerDROAdaptive_noIS,
                                           nnUNetTrainerDROAdaptive_warm50, nnUNetTrainerDROAdaptive_f25_noIS,
                                           nnUNetTrainerDROAdaptive_noIS_smooth25,
-                                          nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS)
+                                          nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS,
+                                          nnUNetTrainerDROAdaptive_warm50_noIS)
 
 
 class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
@@ -176,6 +177,10 @@ class nnUNetTrainerDROAdaptive_warm50_CPUBudget(CPUBudget, nnUNetTrainerDROAdapt
     pass
 
 
+class nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_warm50_noIS):
+    pass
+
+
 from nnunet_dro.training.cohort import nnUNetTrainerGroupBalanced, nnUNetTrainerGroupDRO  # noqa: E402
 
 
@@ -195,4 +200,5 @@ BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnU
                    "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
                    "nnUNetTrainerGroupBalanced_CPUBudget", "nnUNetTrainerGroupDRO_CPUBudget")

@@ -29,6 +29,7 @@ robustness benchmark (docs/evidence.md); the ``_fXX`` family keeps the paper's i
 | nnUNetTrainerDROAdaptive_f75_noIS | 0.75                                     | off                 |
 | nnUNetTrainerDROAdaptive_f90_noIS | 0.9 (the default's setting, by name)     | off                 |
 | nnUNetTrainerDROAdaptive_warm50  | 0.5 after uniform sampling (ERM) for the first half of the epochs | on |
+| nnUNetTrainerDROAdaptive_warm50_noIS | 0.5 after the same uniform first half             | off                 |
 | nnUNetTrainerDROAdaptive_kappa1  | the paper's rule of thumb instead: beta = 1 / std(L), <= 100 | off       |
 
 Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's
@@ -127,4 +128,12 @@ class nnUNetTrainerDROAdaptive_kappa1(nnUNetTrainerDROAdaptive):
 class nnUNetTrainerDROAdaptive_warm50(nnUNetTrainerDROAdaptive_f50):
     """ERM (uniform sampling, stale losses refreshed) for the first half of the epochs, then
     scale-free DRO with f = 0.5 and importance weights."""
+    dro_uniform_until = 0.5
+
+
+class nnUNetTrainerDROAdaptive_warm50_noIS(nnUNetTrainerDROAdaptive_noIS):
+    """ERM for the first half of the epochs, then scale-free DRO with f = 0.5 and no importance
+    weights: every structure is learned under uniform sampling before the draws concentrate on
+    hard cases (at the benchmark budget ERM learns its last structures late, and DRO from the
+    start slows exactly those)."""
     dro_uniform_until = 0.5

@@ -57,6 +57,7 @@ ARM_TRAINERS = {
     "Adaptive_f90_noIS": "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",  # = nnUNetTrainerDROAdaptive's default
     "Adaptive_kappa1": "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
     "Adaptive_warm50": "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
+    "Adaptive_warm50_noIS": "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
     # label-aware comparison arms: they read the cohort's subgroups.tsv (grouped by condition)
     "GroupBalanced": "nnUNetTrainerGroupBalanced_CPUBudget",
     "GroupDRO": "nnUNetTrainerGroupDRO_CPUBudget",

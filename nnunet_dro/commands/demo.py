@@ -8,7 +8,7 @@ from nnunet_dro.commands.arg_types import non_negative_int, positive_float, posi
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="the whole pipeline on a small synthetic cohort, on CPU (about 40 minutes)",
+        "demo", help="the whole pipeline on a small synthetic cohort, on CPU (20-40 minutes)",
         description="Make a synthetic fetal-brain-like cohort with hidden stratification, plan and preprocess "
                     "it, train nnU-Net's ERM trainer and nnUNetTrainerDROAdaptive (scale-free DRO, default setting: "
                     "f = 0.9, no importance weights) with the same CPU budget (a quarter of nnU-Net's "

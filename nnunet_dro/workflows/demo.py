@@ -1,4 +1,4 @@
-"""``nnunet_dro demo``: the whole loop on a small synthetic cohort, on CPU, in about 40 minutes.
+"""``nnunet_dro demo``: the whole loop on a small synthetic cohort, on CPU, in 20-40 minutes.
 
 1. a synthetic fetal-brain-like cohort with hidden stratification (``make-synthetic``): rare
    spina-bifida-like and other anatomies in training, a third each in the test set;

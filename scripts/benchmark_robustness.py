@@ -9,9 +9,9 @@ _results, :mod:`nnunet_dro.workflows.pipeline`):
 
 1. a synthetic cohort drawn with seed ``s``: by default 177 training cases, the size of the
    paper's fetal training set (minorities rare, 80/12/8 %, as the paper's 79/16/6 %), and 60 test
-   cases (a third each), planned and preprocessed by nnU-Net. With 40 training cases (3 "other")
-   the minorities were too few for any re-sampling to help, even label-aware balanced sampling;
-   docs/evidence.md has both regimes;
+   cases (a third each), planned and preprocessed by nnU-Net. With 40 training cases (5 spina
+   bifida, 3 "other") the minorities were too few for re-sampling to help much: even label-aware
+   balanced sampling lifted one group only; docs/evidence.md has both regimes;
 2. every arm trained with ``nnUNetv2_train ... all -tr <arm>_CPUBudget`` (a quarter of nnU-Net's
    features per stage, 120 epochs x 25 iterations) from the same initial weights
    (``nnUNet_dro_seed=s``), then ``nnUNetv2_predict`` of the test images and ``nnunet_dro

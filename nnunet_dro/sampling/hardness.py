@@ -11,6 +11,11 @@ O(log n) (a descent / an ascent of about log2(n) nodes) instead of the O(n) soft
 the rebuilds are rare. Probabilities returned by :meth:`probabilities` are computed directly from
 ``L`` in float64 and are exact.
 
+A loss ceiling (``set_beta(beta, ceiling)``, used by capped schemes such as
+:class:`~nnunet_dro.weighting.AdaptiveHardnessWeighting` with ``max_weight``) makes every weight
+``exp(beta * (min(L_i, ceiling) - c))``: the cases above it share the same, largest probability.
+Without one (``inf``, the default) this is exactly Algorithm 1.
+
 How it is shared: see :mod:`nnunet_dro.sampling.storage`. Writers (the owner's ``update``) bracket
 their writes with a sequence counter (a seqlock); readers in other processes retry a draw that
 overlapped a write, so they never see a half-updated tree. Even a torn read can only ever give a
@@ -29,7 +34,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.sampling.distributions import (chi2_dro_probabilities, effective_sample_size, entropy, hardest,
                                                kl_dro_probabilities)
-from nnunet_dro.sampling.storage import (BETA, CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, WARMUP,
+from nnunet_dro.sampling.storage import (BETA, CEILING, CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, WARMUP,
                                          SamplerStorage)
 
 # Re-centre when beta * (L - c) would exceed this (exp(300) ~ 2e130: sums of 1e7 of them stay
@@ -115,6 +120,7 @@ class HardnessWeightedSampler:
         self.divergence = divergence
         self._storage = SamplerStorage(num_cases, shared=shared)
         self._storage.header_float[BETA] = float(beta)
+        self._storage.header_float[CEILING] = math.inf
         self._rng = np.random.default_rng(seed)
         self._rng_pid = os.getpid()
         self._storage.losses[:] = self._initial_losses(init_loss)
@@ -139,13 +145,16 @@ class HardnessWeightedSampler:
     # Internal node k (1 <= k < n) has children 2k and 2k+1; a child j >= n is the leaf of
     # volume j - n, whose weight exp(beta * (L - c)) is computed from L instead of stored. This
     # is a full binary tree for any n, and keeps the state at 24 bytes per volume.
-    def _rebuild(self, beta: float | None = None) -> None:
-        """O(n): re-centre ``c`` on max(L) and recompute every internal node (for a new beta)."""
+    def _rebuild(self, beta: float | None = None, ceiling: float | None = None) -> None:
+        """O(n): re-centre ``c`` on max(min(L, ceiling)) and recompute every internal node (for a
+        new beta or ceiling)."""
         st, n = self._storage, self.num_cases
         beta = self.beta if beta is None else float(beta)
-        centre = float(st.losses.max())
+        ceiling = self.ceiling if ceiling is None else float(ceiling)
+        capped = np.minimum(st.losses, ceiling)
+        centre = float(capped.max())
         full = np.empty(2 * n, dtype=np.float64)
-        full[n:] = np.exp(beta * (st.losses - centre))
+        full[n:] = np.exp(beta * (capped - centre))
         hi = n
         while hi > 1:  # one level at a time, bottom-up: nodes [lo, hi) have children >= hi
             lo = (hi + 1) // 2
@@ -155,6 +164,7 @@ class HardnessWeightedSampler:
         self._begin_write()
         st.header_float[CENTRE] = centre
         st.header_float[BETA] = beta
+        st.header_float[CEILING] = ceiling
         st.tree[1:] = full[1:n]
         st.tree[0] = 0.0
         self._end_write()
@@ -195,14 +205,14 @@ class HardnessWeightedSampler:
             if seq & 1 and attempt < last_attempt:
                 time.sleep(0)  # the owner is writing: let it finish
                 continue
-            centre, total, beta = fheader[CENTRE], tree[1], fheader[BETA]
+            centre, total, beta, ceiling = fheader[CENTRE], tree[1], fheader[BETA], fheader[CEILING]
             drawn = []
             for r in rng.random(batch_size).tolist():
                 # descend from the root, going left with probability w_left / w_node
                 u, k = r * total, 1
                 while k < n:
                     k += k
-                    w_left = tree[k] if k < n else exp(min(_MAX_EXPONENT, beta * (losses[k - n] - centre)))
+                    w_left = tree[k] if k < n else exp(min(_MAX_EXPONENT, beta * (min(losses[k - n], ceiling) - centre)))
                     if u >= w_left:
                         u -= w_left
                         k += 1
@@ -224,15 +234,26 @@ class HardnessWeightedSampler:
         """The inverse temperature in force (shared with every process that maps the state)."""
         return float(self._storage.header_float[BETA])
 
-    def set_beta(self, beta: float) -> None:
-        """Change beta (an O(n) rebuild of the sum tree; a no-op if beta is unchanged). Draws in
-        other processes see the new value at once; a draw that overlapped the change is redone."""
+    @property
+    def ceiling(self) -> float:
+        """The loss ceiling in force (``inf``: none): ``p = softmax(beta * min(L, ceiling))``."""
+        return float(self._storage.header_float[CEILING])
+
+    def set_beta(self, beta: float, ceiling: float | None = None) -> None:
+        """Change beta, and the loss ceiling unless ``ceiling`` is None (an O(n) rebuild of the sum
+        tree; a no-op if nothing changes). Draws in other processes see the new values at once; a
+        draw that overlapped the change is redone."""
         beta = float(beta)
         if not (math.isfinite(beta) and beta > 0):
             raise ValueError(f"beta must be a finite positive number, got {beta}")
-        if beta == self.beta:
+        ceiling = self.ceiling if ceiling is None else float(ceiling)
+        if math.isnan(ceiling):
+            raise ValueError("the loss ceiling must be a number or inf, got nan")
+        if ceiling != math.inf and self.divergence != "kl":
+            raise ValueError("a loss ceiling applies to the KL divergence only")
+        if beta == self.beta and ceiling == self.ceiling:
             return
-        self._rebuild(beta)
+        self._rebuild(beta, ceiling)
 
     @property
     def in_warmup(self) -> bool:
@@ -250,8 +271,9 @@ class HardnessWeightedSampler:
             return np.ones(idx.shape, dtype=np.float64)
         if self.divergence == "chi2":
             return self._chi2_weights(idx, fresh)
+        ceiling = self.ceiling
         with np.errstate(invalid="ignore", over="ignore"):
-            log_w = self.beta * (fresh - self._storage.losses[idx])
+            log_w = self.beta * (np.minimum(fresh, ceiling) - np.minimum(self._storage.losses[idx], ceiling))
         log_w = np.where(np.isfinite(fresh), log_w, 0.0)
         w_min, w_max = self.clip
         # clip in log space (no overflow), then once more so exp's rounding stays inside the bounds
@@ -296,6 +318,7 @@ class HardnessWeightedSampler:
         header, losses, tree, counts = st.mv_header, st.mv_losses, st.mv_tree, st.mv_counts
         centre = st.mv_centre_view[CENTRE]
         n, beta, exp = self.num_cases, st.mv_centre_view[BETA], math.exp
+        ceiling = st.mv_centre_view[CEILING]
         header[SEQUENCE] += 1  # seqlock: odd while writing
         highest = -math.inf
         for i, values in fresh_by_volume.items():
@@ -305,7 +328,7 @@ class HardnessWeightedSampler:
             if mean > highest:
                 highest = mean
         header[NUM_UPDATES] += 1
-        recentre = beta * (highest - centre) > RECENTRE_EXPONENT
+        recentre = beta * (min(highest, ceiling) - centre) > RECENTRE_EXPONENT
         if not recentre and n > 1:
             for leaf in fresh_by_volume:
                 # recompute the internal nodes on the path from the leaf to the root (sums of
@@ -313,9 +336,9 @@ class HardnessWeightedSampler:
                 k = (leaf + n) >> 1
                 while k:
                     a = k + k
-                    wa = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (losses[a - n] - centre)))
+                    wa = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (min(losses[a - n], ceiling) - centre)))
                     a += 1
-                    wb = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (losses[a - n] - centre)))
+                    wb = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (min(losses[a - n], ceiling) - centre)))
                     tree[k] = wa + wb
                     k >>= 1
             recentre = not (tree[1] > _MIN_TOTAL)
@@ -345,10 +368,11 @@ class HardnessWeightedSampler:
 
     def probabilities(self) -> NDArray[np.float64]:
         """The hardness distribution, exact in float64 (O(n)): ``softmax(beta * L)`` for KL,
-        the clipped linear rule for chi2. (During a warm-up, draws are uniform instead.)"""
+        the clipped linear rule for chi2. (During a warm-up, draws are uniform instead.) With a
+        loss ceiling: ``softmax(beta * min(L, ceiling))``."""
         if self.divergence == "chi2":
             return chi2_dro_probabilities(self.losses, self.beta)
-        return kl_dro_probabilities(self.losses, self.beta)
+        return kl_dro_probabilities(np.minimum(self.losses, self.ceiling), self.beta)
 
     @property
     def losses(self) -> NDArray[np.float64]:
@@ -398,6 +422,7 @@ class HardnessWeightedSampler:
             "version": STATE_VERSION,
             "num_cases": self.num_cases,
             "beta": self.beta,
+            "ceiling": self.ceiling,
             "importance_sampling": self.importance_sampling,
             "clip": tuple(self.clip),
             "losses": np.array(st.losses),
@@ -473,6 +498,7 @@ class HardnessWeightedSampler:
         else:
             self._storage = SamplerStorage(self.num_cases)
             self._storage.header_float[BETA] = beta
+            self._storage.header_float[CEILING] = float(data["state"].get("ceiling", math.inf))
             self.load_state_dict(data["state"])
 
     @property
@@ -490,7 +516,8 @@ class HardnessWeightedSampler:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_cases={self.num_cases}, beta={self.beta}, "
+        ceiling = "" if self.ceiling == math.inf else f", ceiling={self.ceiling:g}"
+        return (f"{type(self).__name__}(num_cases={self.num_cases}, beta={self.beta}{ceiling}, "
                 f"importance_sampling={self.importance_sampling}, clip={self.clip}, "
                 f"divergence={self.divergence!r}, shared={self.shared})")
 

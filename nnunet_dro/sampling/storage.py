@@ -39,6 +39,7 @@ NUM_SKIPPED = 2   # int64: non-finite losses refused so far
 NUM_UPDATES = 3   # int64: update() calls applied
 WARMUP = 4        # int64: 1 while the uniform warm-up pass is filling the stale losses
 BETA = 5          # float64: the inverse temperature in force (adaptive schemes change it)
+CEILING = 6       # float64: losses above it count as it in p (inf: none; capped schemes set it)
 HEADER_SLOTS = 8
 
 #: Every shared block of ours is named ``nnunet_dro_<owner pid>_<8 hex digits>``.

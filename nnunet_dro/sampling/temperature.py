@@ -15,6 +15,15 @@ less late in training than early, and differently on every dataset. Two scale-fr
 - **Spread rule** (:func:`beta_from_spread`): ``beta = kappa / std(L)``, the rule of thumb from
   the discussion of that paper (beta of the order of one over the spread of the stale losses).
 
+A cap on every case's probability (:func:`loss_ceiling`, :func:`solve_capped_beta_for_perplexity`):
+``q_i <= max_weight / n``. The perplexity bounds the spread of ``p`` but not its largest entry:
+one case can hold a large share while the rest stay spread (with the rest uniform, one case at
+``p`` leaves a perplexity of ``0.5 n`` for ``p`` = 0.24 when n = 177, 42 times uniform). The
+maximiser of ``<q, L> - KL(q || uniform) / beta`` over the capped simplex is
+``softmax(beta * min(L, tau))``: the cases above a loss ceiling ``tau`` share the cap exactly (the
+KL ball intersected with a CVaR box), so a capped scheme is still a softmax over stale losses, only
+of losses clipped at ``tau``.
+
 Why the solver is cheap and exact: the entropy of ``softmax(beta * L)`` never increases with beta
 (``dH/dbeta = -beta * Var_p(L) <= 0``), so the constraint holds on an interval ``[0, beta*]`` and a
 bracketing root finder on ``log(beta)`` converges in a few dozen O(n) evaluations.
@@ -29,9 +38,10 @@ bracketing root finder on ``log(beta)`` converges in a few dozen O(n) evaluation
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 
 #: Relative tolerance on beta of the root finder (the perplexity is then within about 1e-7 of target).
@@ -75,27 +85,37 @@ def solve_beta_for_perplexity(losses: ArrayLike, fraction: float, beta_max: floa
     ``a > 0`` together with ``beta_max / a`` scales the result by ``1 / a``.
     """
     x = np.asarray(losses, dtype=np.float64).reshape(-1)
-    n = x.size
+    _check_solver_arguments(x, fraction, beta_max)
+    x = x - x.max()  # shift invariance; keeps beta * x <= 0
+    return _largest_feasible_beta(lambda beta: entropy_of_softmax(x, beta), x.size, fraction, beta_max,
+                                  float(np.ptp(x)))
+
+
+def _check_solver_arguments(x: NDArray[np.float64], fraction: float, beta_max: float) -> None:
     if not (0.0 < fraction <= 1.0):
         raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
     if not (math.isfinite(beta_max) and beta_max > 0):
         raise ValueError(f"beta_max must be a finite positive number, got {beta_max}")
-    if n == 0 or not np.all(np.isfinite(x)):
+    if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError("losses must be a non-empty vector of finite values")
-    x = x - x.max()  # shift invariance; keeps beta * x <= 0
+
+
+def _largest_feasible_beta(entropy_at: Callable[[float], float], n: int, fraction: float, beta_max: float,
+                           spread: float) -> float:
+    """The largest ``beta <= beta_max`` with ``entropy_at(beta) >= log(fraction * n)``, for an
+    entropy that never increases with beta and tends to ``log(n)`` as beta -> 0."""
     target = math.log(fraction * n)
     # the entropy of n equal weights rounds to just below log(n): compare with a rounding margin
-    if n == 1 or entropy_of_softmax(x, beta_max) >= target - 1e-12 * max(1.0, target):
+    if n == 1 or entropy_at(beta_max) >= target - 1e-12 * max(1.0, target):
         return float(beta_max)
     if fraction >= 1.0:
         return 0.0  # only the uniform distribution has perplexity n (the losses differ)
 
     def excess(log_beta: float) -> float:
-        return entropy_of_softmax(x, math.exp(log_beta)) - target
+        return entropy_at(math.exp(log_beta)) - target
 
     hi = math.log(beta_max)
     # walk down until the constraint holds; H -> log(n) > target as beta -> 0, so this ends
-    spread = float(np.ptp(x))
     floor = math.log(1e-12 / spread)
     lo = hi - 2.0
     while excess(lo) < 0.0:
@@ -107,6 +127,86 @@ def solve_beta_for_perplexity(losses: ArrayLike, fraction: float, beta_max: floa
     while excess(log_beta) < 0.0 and log_beta > lo:
         log_beta -= BETA_RTOL
     return float(math.exp(log_beta))
+
+
+def loss_ceiling(losses: ArrayLike, beta: float, max_weight: float) -> float:
+    """The ceiling ``tau`` for which ``softmax(beta * min(L, tau))`` gives no case more than
+    ``max_weight / n`` (``inf`` when ``softmax(beta * L)`` already respects the cap).
+
+    Exact, O(n log n): the largest probability grows with ``tau``; on the segment where the ``k``
+    hardest cases are capped, ``exp(beta tau) (n - k c) = c * sum_{i > k} exp(beta L_(i))`` (``c``
+    = ``max_weight``, losses sorted hardest first) has a closed form, and the first ``k`` whose
+    solution lies at or above the next loss is the one.
+
+    >>> tau = loss_ceiling([0.0, 0.0, 0.0, 5.0], beta=10.0, max_weight=2.0)
+    >>> q = np.exp(10.0 * np.minimum([0.0, 0.0, 0.0, 5.0], tau)); round(float(q.max() / q.sum()), 6)
+    0.5
+    >>> loss_ceiling([0.1, 0.2], beta=1.0, max_weight=2.0)  # uniform enough already
+    inf
+    """
+    x = np.sort(np.asarray(losses, dtype=np.float64).reshape(-1))[::-1]
+    n = x.size
+    if not (max_weight > 1.0):
+        raise ValueError(f"max_weight must be > 1 (a multiple of the uniform probability 1/n), got {max_weight}")
+    if not (math.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta must be a finite positive number, got {beta}")
+    if n == 0 or not np.all(np.isfinite(x)):
+        raise ValueError("losses must be a non-empty vector of finite values")
+    if max_weight >= n:
+        return math.inf
+    z = beta * (x - x[0])  # descending, z[0] = 0
+    # tail[k] = log sum_{i >= k} exp(z_i), accumulated from the smallest up (no overflow: z <= 0)
+    tail = np.logaddexp.accumulate(z[::-1])[::-1]
+    log_c, log_cap = math.log(max_weight), math.log(max_weight / n)
+    if z[0] - tail[0] <= log_cap:
+        return math.inf
+    k = np.arange(1, n)
+    room = n - k * max_weight
+    valid = room > 0
+    z_tau = np.full(n - 1, -np.inf)
+    z_tau[valid] = log_c + tail[1:][valid] - np.log(room[valid])
+    # first k (capped cases) whose ceiling lies at or above the (k+1)-th loss
+    hits = np.flatnonzero(valid & (z_tau >= z[1:]))
+    if hits.size == 0:  # only reachable through rounding when the hardest losses tie
+        return float(x[0])
+    return float(x[0] + z_tau[hits[0]] / beta)
+
+
+def capped_softmax(losses: ArrayLike, beta: float, ceiling: float) -> NDArray[np.float64]:
+    """``softmax(beta * min(L, ceiling))`` (the plain softmax for ``ceiling = inf``)."""
+    x = beta * np.minimum(np.asarray(losses, dtype=np.float64), ceiling)
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def solve_capped_beta_for_perplexity(losses: ArrayLike, fraction: float, beta_max: float,
+                                     max_weight: float) -> tuple[float, float]:
+    """``(beta, ceiling)``: the largest ``beta <= beta_max`` whose *capped* distribution
+    ``softmax(beta * min(L, ceiling(beta)))`` (no case above ``max_weight / n``) keeps a perplexity
+    of at least ``fraction * n``, and the ceiling of :func:`loss_ceiling` at that beta.
+
+    The cap only ever raises the entropy, so the beta is at least that of
+    :func:`solve_beta_for_perplexity`; the entropy of the capped maximiser still falls as beta grows
+    (it is a KL-penalised maximiser over a convex set), so the same bracketing root finder applies.
+
+    >>> beta, tau = solve_capped_beta_for_perplexity([0.0] * 9 + [1.0], 0.5, 1e3, max_weight=3.0)
+    >>> q = capped_softmax([0.0] * 9 + [1.0], beta, tau)
+    >>> round(float(q.max()) * 10, 6), round(float(np.exp(-(q * np.log(q)).sum())) / 10, 6) >= 0.5
+    (3.0, True)
+    """
+    x = np.asarray(losses, dtype=np.float64).reshape(-1)
+    _check_solver_arguments(x, fraction, beta_max)
+    shift = float(x.max())
+    x = x - shift  # shift invariance; the ceiling is returned in the losses' own units
+    n = x.size
+
+    def entropy_at(beta: float) -> float:
+        ceiling = loss_ceiling(x, beta, max_weight)
+        return entropy_of_softmax(np.minimum(x, ceiling), beta)
+
+    beta = _largest_feasible_beta(entropy_at, n, fraction, beta_max, float(np.ptp(x)))
+    ceiling = loss_ceiling(x, beta, max_weight)
+    return beta, ceiling + shift
 
 
 def beta_from_spread(losses: ArrayLike, kappa: float, beta_max: float) -> float:

@@ -23,7 +23,7 @@ from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTra
                                           nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50,
                                           nnUNetTrainerDROAdaptive_f25_noIS, nnUNetTrainerDROAdaptive_f75_noIS,
                                           nnUNetTrainerDROAdaptive_noIS_smooth25, nnUNetTrainerDROAdaptive_f90_noIS,
-                                          nnUNetTrainerDROAdaptive_warm50_noIS)
+                                          nnUNetTrainerDROAdaptive_warm50_noIS, nnUNetTrainerDROAdaptive_noIS_cap5)
 from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
                                         nnUNetTrainerDROAdaptive_CPUBudget, nnUNetTrainerDROAdaptive_f25_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f50_CPUBudget,
@@ -33,6 +33,7 @@ from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDR
                                         nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget,
                                         nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget,
+                                        nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget,
                                         nnUNetTrainerGroupBalanced_CPUBudget, nnUNetTrainerGroupDRO_CPUBudget)
@@ -51,6 +52,7 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_noIS",
     "nnUNetTrainerDROAdaptive_f25_noIS",
     "nnUNetTrainerDROAdaptive_noIS_smooth25",
+    "nnUNetTrainerDROAdaptive_noIS_cap5",
     "nnUNetTrainerDROAdaptive_f75_noIS",
     "nnUNetTrainerDROAdaptive_f90_noIS",
     "nnUNetTrainerDROAdaptive_kappa1",
@@ -66,6 +68,7 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget",
     "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
+    "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget",
     "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
     "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
     "nnUNetTrainerGroupBalanced_CPUBudget",

@@ -120,7 +120,7 @@ from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTr
                                           nnUNetTrainerDROAdaptive_f75, nnUNetTrainerDROAdaptive_f90,
                                           nnUNetTrainerDROAdaptive_kappa1, nnUNetTrainerDROAdaptive_noIS,
                                           nnUNetTrainerDROAdaptive_warm50, nnUNetTrainerDROAdaptive_f25_noIS,
-                                          nnUNetTrainerDROAdaptive_noIS_smooth25,
+                                          nnUNetTrainerDROAdaptive_noIS_smooth25, nnUNetTrainerDROAdaptive_noIS_cap5,
                                           nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS,
                                           nnUNetTrainerDROAdaptive_warm50_noIS)
 
@@ -158,6 +158,10 @@ class nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAda
 
 
 class nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noIS_smooth25):
+    pass
+
+
+class nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noIS_cap5):
     pass
 
 
@@ -200,5 +204,6 @@ BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnU
                    "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget",
                    "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
                    "nnUNetTrainerGroupBalanced_CPUBudget", "nnUNetTrainerGroupDRO_CPUBudget")

@@ -189,7 +189,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     Attributes (all ``dro_*``):
 
     - ``dro_scheme``: ``"kl"`` (Algorithm 1, fixed ``dro_beta``), ``"kl_adaptive"`` (scale-free beta:
-      ``dro_fraction``, ``dro_beta_max``, ``dro_beta_rule``, ``dro_kappa``), ``"chi2"`` (Pearson
+      ``dro_fraction``, ``dro_beta_max``, ``dro_beta_rule``, ``dro_kappa``, and ``dro_max_weight``: no
+      case above that multiple of the uniform probability), ``"chi2"`` (Pearson
       chi-square DRO with ``dro_beta``), ``"kl_reweight"`` (uniform draws, ``reweight_*``), and the
       schemes that use what the user knows (tables found as :mod:`nnunet_dro.training.case_tables`
       describes): ``"case_weights"`` (draws proportional to ``case_weights.tsv``),
@@ -213,6 +214,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     dro_beta_max: float = 100.0
     dro_beta_rule: str = "perplexity"
     dro_kappa: float = 1.0
+    dro_max_weight: Optional[float] = None
     dro_uniform_until: float = 0.0
     dro_warmup: bool = False
     dro_importance_sampling: bool = True
@@ -275,7 +277,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         if scheme == "kl_adaptive":
             return AdaptiveHardnessWeighting(num_cases, fraction=self.dro_fraction, beta_max=self.dro_beta_max,
                                              rule=self.dro_beta_rule, kappa=self.dro_kappa,
-                                             uniform_until=self.dro_uniform_until, **common)
+                                             uniform_until=self.dro_uniform_until, max_weight=self.dro_max_weight,
+                                             **common)
         return KLReweighting(num_cases, schedule=self.reweight_schedule, momentum=self.reweight_momentum,
                              clip=self.reweight_clip, seed=seed)
 

@@ -26,6 +26,7 @@ robustness benchmark (docs/evidence.md); the ``_fXX`` family keeps the paper's i
 | nnUNetTrainerDROAdaptive_f25_noIS | 0.25                                     | off                 |
 | nnUNetTrainerDROAdaptive_noIS    | 0.5                                       | off                 |
 | nnUNetTrainerDROAdaptive_noIS_smooth25 | 0.5, stale losses smoothed: L += 0.25 (l - L) | off          |
+| nnUNetTrainerDROAdaptive_noIS_cap5 | 0.5, and no case above 5 / n of the probability | off                 |
 | nnUNetTrainerDROAdaptive_f75_noIS | 0.75                                     | off                 |
 | nnUNetTrainerDROAdaptive_f90_noIS | 0.9 (the default's setting, by name)     | off                 |
 | nnUNetTrainerDROAdaptive_warm50  | 0.5 after uniform sampling (ERM) for the first half of the epochs | on |
@@ -106,6 +107,15 @@ class nnUNetTrainerDROAdaptive_noIS_smooth25(nnUNetTrainerDROAdaptive_noIS):
     fresh losses (``L <- L + 0.25 (l - L)``, about its last 4-7 draws): one noisy patch loss no
     longer moves the case's probability by itself, so p drifts more slowly."""
     dro_loss_smoothing = 0.25
+
+
+class nnUNetTrainerDROAdaptive_noIS_cap5(nnUNetTrainerDROAdaptive_noIS):
+    """f = 0.5 without importance weights, and no case drawn with more than 5 times the uniform
+    probability (``p = softmax(beta * min(L, tau))``, the KL ball intersected with a CVaR box): the
+    perplexity alone lets one outlier take a quarter of the draws at n = 177; the cap spreads the
+    same robustness over the hardest tens of cases instead (balanced sampling's busiest minority
+    case gets about 4 times uniform)."""
+    dro_max_weight = 5.0
 
 
 class nnUNetTrainerDROAdaptive_f75_noIS(nnUNetTrainerDROAdaptive_noIS):

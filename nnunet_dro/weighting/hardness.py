@@ -18,7 +18,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.sampling.distributions import chi2_dro_objective, kl_dro_objective
 from nnunet_dro.sampling.hardness import HardnessWeightedSampler
-from nnunet_dro.sampling.temperature import beta_from_spread, solve_beta_for_perplexity
+from nnunet_dro.sampling.temperature import (beta_from_spread, loss_ceiling, solve_beta_for_perplexity,
+                                             solve_capped_beta_for_perplexity)
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights, check_batch, draw_betas
 
 STATE_VERSION = 2
@@ -83,9 +84,11 @@ class HardnessWeighting(CaseWeighting):
     # -------------------------------------------------------------- weights
     def _log_weights(self, idx: NDArray[np.int64], fresh: NDArray[np.float64],
                      beta: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Log of the unclipped importance ratio ``p_new / p_old`` (approximation of Algorithm 1)."""
+        """Log of the unclipped importance ratio ``p_new / p_old`` (approximation of Algorithm 1;
+        with a loss ceiling, of the losses clipped at it)."""
+        ceiling = self.sampler.ceiling
         with np.errstate(invalid="ignore", over="ignore"):
-            return beta * (fresh - self.sampler.losses[idx])
+            return beta * (np.minimum(fresh, ceiling) - np.minimum(self.sampler.losses[idx], ceiling))
 
     def _raw_weights(self, idx, fresh, draw_beta) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.bool_]]:
         """(clipped weights before self-normalisation, clipped mask, counted mask)."""
@@ -187,7 +190,16 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
       (:func:`~nnunet_dro.sampling.temperature.solve_beta_for_perplexity`);
     - ``rule="spread"``: ``beta = kappa / std(L)`` (the paper's rule of thumb), capped at ``beta_max``.
 
-    Importance weights use the beta each case was drawn with (``draw_beta``).
+    ``max_weight`` (``c > 1``, default None: no cap): no case may take more than ``c / n`` of the
+    probability. The perplexity bounds the spread of ``p`` but lets one case hold a large share
+    (measured: 42 times uniform at ``f = 0.5`` and n = 177); with the cap, ``p`` is the maximiser over
+    the KL ball intersected with the box ``q_i <= c / n``, ``softmax(beta * min(L, tau))``, and beta is
+    the largest that keeps the *capped* distribution's perplexity at ``f * n``
+    (:func:`~nnunet_dro.sampling.temperature.solve_capped_beta_for_perplexity`; with the spread
+    rule, the ceiling ``tau`` is fitted to the rule's beta).
+
+    Importance weights use the beta each case was drawn with (``draw_beta``) and the ceiling in
+    force when they are computed.
 
     ``uniform_until`` (a fraction of training, via :meth:`set_progress`): before it, the constraint
     is ``fraction = 1`` (uniform sampling, weights 1: ERM, while the stale losses keep being
@@ -208,7 +220,7 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
                  init_loss: float | ArrayLike = 100.0, importance: ImportanceWeights = ImportanceWeights(),
                  seed: int | None = None, shared: bool = False, warmup: bool = False,
                  loss_smoothing: float = 1.0, rule: str = "perplexity", kappa: float = 1.0,
-                 adapt_every: int | None = None, uniform_until: float = 0.0):
+                 adapt_every: int | None = None, uniform_until: float = 0.0, max_weight: float | None = None):
         if rule not in self.RULES:
             raise ValueError(f"rule must be one of {self.RULES}, got {rule!r}")
         if not (0.0 < fraction <= 1.0):
@@ -217,6 +229,10 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
             raise ValueError(f"beta_max must be a finite positive number, got {beta_max}")
         if not (0.0 <= uniform_until <= 1.0):
             raise ValueError(f"uniform_until must lie in [0, 1], got {uniform_until}")
+        if max_weight is not None and not (max_weight > 1.0):
+            raise ValueError(f"max_weight must be > 1 (a multiple of the uniform probability 1/n) or None, "
+                             f"got {max_weight}")
+        self.max_weight = None if max_weight is None else float(max_weight)
         self.fraction, self.beta_max, self.rule, self.kappa = float(fraction), float(beta_max), rule, float(kappa)
         self.uniform_until = float(uniform_until)
         self.adapt_every = max(1, int(num_cases) // 256) if adapt_every is None else max(1, int(adapt_every))
@@ -238,18 +254,28 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
 
     def solve_beta(self, losses: ArrayLike) -> float:
         """The beta of the rule for these stale losses (never 0: a tiny beta is uniform anyway)."""
+        return self.solve_temperature(losses)[0]
+
+    def solve_temperature(self, losses: ArrayLike) -> tuple[float, float]:
+        """``(beta, loss ceiling)`` of the rule for these stale losses (ceiling ``inf`` without
+        ``max_weight``)."""
         if self.in_uniform_phase:
-            return 1e-12
+            return 1e-12, math.inf
+        ceiling = math.inf
         if self.rule == "spread":
-            beta = beta_from_spread(losses, self.kappa, self.beta_max)
+            beta = max(beta_from_spread(losses, self.kappa, self.beta_max), 1e-12)
+            if self.max_weight is not None:
+                ceiling = loss_ceiling(losses, beta, self.max_weight)
+        elif self.max_weight is not None:
+            beta, ceiling = solve_capped_beta_for_perplexity(losses, self.fraction, self.beta_max, self.max_weight)
         else:
             beta = solve_beta_for_perplexity(losses, self.fraction, self.beta_max)
-        return max(beta, 1e-12)
+        return max(beta, 1e-12), ceiling
 
     def resolve_beta(self) -> float:
-        """Solve beta for the current stale losses and put it in force (O(n))."""
-        beta = self.solve_beta(self.sampler.losses)
-        self.sampler.set_beta(beta)
+        """Solve beta (and the ceiling) for the current stale losses and put them in force (O(n))."""
+        beta, ceiling = self.solve_temperature(self.sampler.losses)
+        self.sampler.set_beta(beta, ceiling)
         self._updates_since_solve = 0
         return beta
 
@@ -262,12 +288,24 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         rule = (f"perplexity >= {self.fraction:g} n" if self.rule == "perplexity" else f"beta = {self.kappa:g} / std(L)")
         text = "scale-free " + super().describe() + f"; beta re-solved every {self.adapt_every} update(s) ({rule}, " \
                                                     f"beta <= {self.beta_max:g})"
+        if self.max_weight is not None:
+            text += f"; no case above {self.max_weight:g} / n of the probability"
         if self.uniform_until > 0:
             text += f"; uniform sampling (ERM) for the first {100 * self.uniform_until:g}% of training"
         return text
 
+    def robust_loss(self) -> float:
+        """``<q, L> - KL(q || uniform) / beta`` for the distribution in force (the closed form
+        ``log(mean(exp(beta L))) / beta`` when no ceiling binds)."""
+        if self.sampler.ceiling == math.inf:
+            return super().robust_loss()
+        q, losses = self.probabilities(), np.asarray(self.losses)
+        nz = q > 0
+        kl = float(np.sum(q[nz] * np.log(q[nz] * q.size)))
+        return float(q @ losses) - kl / self.current_beta
+
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "adaptive_beta": self.current_beta,
+        return {**super().state_dict(), "adaptive_beta": self.current_beta, "loss_ceiling": self.sampler.ceiling,
                 "updates_since_solve": self._updates_since_solve}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -277,8 +315,9 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         sampler_state.pop("beta", None)  # the sampler's beta is this scheme's business, not a mismatch
         super().load_state_dict({"sampler": sampler_state, "weight_scale": state.get("weight_scale", 1.0)})
         beta = state.get("adaptive_beta")
-        if beta is not None and math.isfinite(beta) and beta > 0:
-            self.sampler.set_beta(float(beta))
+        ceiling = float(state.get("loss_ceiling", math.inf))
+        if beta is not None and math.isfinite(beta) and beta > 0 and not math.isnan(ceiling):
+            self.sampler.set_beta(float(beta), ceiling if self.max_weight is not None else math.inf)
             self._updates_since_solve = int(state.get("updates_since_solve", 0))
         else:
             self.resolve_beta()

@@ -11,6 +11,7 @@ from hypothesis.extra.numpy import arrays
 
 from nnunet_dro.sampling.temperature import (beta_from_spread, entropy_of_softmax, perplexity,
                                              solve_beta_for_perplexity)
+from sampling_helpers import loss_vectors
 
 # How close the perplexity at the solution must be to the target f * n (the solver works to a
 # relative tolerance of 1e-9 on beta; 1e-6 leaves room for dH/dlog(beta) = -Var_p(beta L)).
@@ -27,32 +28,6 @@ def reference_perplexity(losses, beta):
     p /= p.sum()
     nz = p > 0
     return float(np.exp(-(p[nz] * np.log(p[nz])).sum()))
-
-
-@st.composite
-def loss_vectors(draw, min_n=2, max_n=2000):
-    """Per-case losses: realistic nnU-Net shapes (Dice + CE in 0..3) and extreme spreads
-    (1e-6 .. 1e3), n from 2 to 2000. Built from a seed so that large vectors stay cheap."""
-    n = draw(st.integers(min_n, max_n))
-    shape = draw(st.sampled_from(["uniform", "exponential", "one_outlier", "two_clusters", "ties"]))
-    spread = draw(st.sampled_from([1e-6, 1e-3, 0.1, 1.0, 3.0, 1e3]) | st.floats(1e-6, 1e3))
-    offset = draw(st.floats(0.0, 3.0))
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
-    if shape == "uniform":
-        base = rng.uniform(0.0, 1.0, n)
-    elif shape == "exponential":
-        base = rng.exponential(1.0, n)
-        base /= base.max()
-    elif shape == "one_outlier":  # one very hard case, the rest nearly equal
-        base = rng.uniform(0.0, 1e-3, n)
-        base[rng.integers(n)] = 1.0
-    elif shape == "two_clusters":
-        base = np.where(rng.random(n) < 0.2, 1.0, 0.0) + rng.normal(0.0, 0.01, n)
-    else:  # many exact ties
-        base = rng.integers(0, 4, n) / 3.0
-    base = base - base.min()
-    assume(np.ptp(base) > 0)
-    return offset + spread * base / np.ptp(base)
 
 
 realistic_losses = arrays(np.float64, st.integers(2, 200), elements=st.floats(0.0, 3.0))

@@ -145,13 +145,18 @@ def loss_ceiling(losses: ArrayLike, beta: float, max_weight: float) -> float:
     inf
     """
     x = np.sort(np.asarray(losses, dtype=np.float64).reshape(-1))[::-1]
-    n = x.size
     if not (max_weight > 1.0):
         raise ValueError(f"max_weight must be > 1 (a multiple of the uniform probability 1/n), got {max_weight}")
     if not (math.isfinite(beta) and beta > 0):
         raise ValueError(f"beta must be a finite positive number, got {beta}")
-    if n == 0 or not np.all(np.isfinite(x)):
+    if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError("losses must be a non-empty vector of finite values")
+    return _ceiling_of_sorted(x, beta, max_weight)
+
+
+def _ceiling_of_sorted(x: NDArray[np.float64], beta: float, max_weight: float) -> float:
+    """:func:`loss_ceiling` of finite losses already sorted hardest first (the root finder sorts once)."""
+    n = x.size
     if max_weight >= n:
         return math.inf
     z = beta * (x - x[0])  # descending, z[0] = 0
@@ -200,12 +205,15 @@ def solve_capped_beta_for_perplexity(losses: ArrayLike, fraction: float, beta_ma
     x = x - shift  # shift invariance; the ceiling is returned in the losses' own units
     n = x.size
 
+    if not (max_weight > 1.0):
+        raise ValueError(f"max_weight must be > 1 (a multiple of the uniform probability 1/n), got {max_weight}")
+    x = np.sort(x)[::-1]  # once: every evaluation below needs the hardest-first order
+
     def entropy_at(beta: float) -> float:
-        ceiling = loss_ceiling(x, beta, max_weight)
-        return entropy_of_softmax(np.minimum(x, ceiling), beta)
+        return entropy_of_softmax(np.minimum(x, _ceiling_of_sorted(x, beta, max_weight)), beta)
 
     beta = _largest_feasible_beta(entropy_at, n, fraction, beta_max, float(np.ptp(x)))
-    ceiling = loss_ceiling(x, beta, max_weight)
+    ceiling = _ceiling_of_sorted(x, beta, max_weight)
     return beta, ceiling + shift
 
 

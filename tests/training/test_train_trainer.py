@@ -14,7 +14,8 @@ from batchgenerators.utilities.file_and_folder_operations import load_json
 
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
-from nnunet_dro.training import DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS
+from nnunet_dro.training import (DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS,
+                                 nnUNetTrainerDROAdaptive_noIS_cap5)
 from nnunet_dro.training.nnunet_compat import compatibility_problems
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -160,3 +161,25 @@ def test_importing_the_trainers_leaves_torch_save_and_load_untouched():
 def test_installed_nnunet_has_the_shape_nnunet_compat_mirrors():
     problems = compatibility_problems()
     assert not problems, "nnunetv2 changed shape:\n" + "\n".join(problems)
+
+
+class _CapTrainerForFewCases(nnUNetTrainerDROAdaptive_noIS_cap5):
+    dro_max_weight = 1.5  # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
+
+
+def test_cap_trainer_builds_a_capped_scale_free_scheme(label_dataset, monkeypatch):
+    """``dro_max_weight`` reaches the scheme: one very hard case is held at c / n of the draws."""
+    assert (nnUNetTrainerDROAdaptive_noIS_cap5.dro_max_weight, nnUNetTrainerDROAdaptive_noIS_cap5.dro_fraction,
+            nnUNetTrainerDROAdaptive_noIS_cap5.dro_importance_sampling) == (5.0, 0.5, False)
+    trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=_CapTrainerForFewCases)
+    try:
+        w = trainer.case_weighting
+        n = w.num_cases
+        assert w.max_weight == 1.5 and n > 1.5
+        losses = np.zeros(n)
+        losses[0] = 10.0
+        w.update(np.arange(n), losses)
+        assert w.probabilities()[0] == pytest.approx(1.5 / n, rel=1e-9)
+        assert w.state_dict()["loss_ceiling"] == w.sampler.ceiling < 10.0
+    finally:
+        trainer._close_case_weighting()

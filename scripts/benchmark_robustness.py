@@ -454,9 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, default=None, help="override the budget's epochs (smoke runs only)")
     parser.add_argument("--iterations", type=int, default=None,
                         help="override the budget's iterations per epoch (smoke runs only)")
-    parser.add_argument("--n-train", type=int, default=177,
-                        help="training cases per cohort. Default: 177 (the paper's fetal training set)")
-    parser.add_argument("--n-test", type=int, default=60, help="test cases per cohort (a third per group). Default: 60")
+    parser.add_argument("--n-train", type=int, default=Cohort.n_train,
+                        help=f"training cases per cohort. Default: {Cohort.n_train} (the paper's fetal training set)")
+    parser.add_argument("--n-test", type=int, default=Cohort.n_test,
+                        help=f"test cases per cohort (a third per group). Default: {Cohort.n_test}")
     parser.add_argument("--size", type=int, default=32, help="voxels per side. Default: 32")
     parser.add_argument("-o", dest="output", default="results/robustness",
                         help="output and working folder. Default: results/robustness")

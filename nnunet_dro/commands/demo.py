@@ -8,7 +8,7 @@ from nnunet_dro.commands.arg_types import non_negative_int, positive_float, posi
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="the whole pipeline on a small synthetic cohort, on CPU (20-40 minutes)",
+        "demo", help="the whole pipeline on a synthetic cohort, on CPU (about an hour on 2 cores)",
         description="Make a synthetic fetal-brain-like cohort with hidden stratification, plan and preprocess "
                     "it, train nnU-Net's ERM trainer and nnUNetTrainerDROAdaptive (scale-free DRO, default setting: "
                     "f = 0.9, no importance weights) with the same CPU budget (a quarter of nnU-Net's "
@@ -24,8 +24,9 @@ def register(subparsers) -> None:
                         help="epochs per arm (overrides the CPU budget's 120; quick looks only)")
     parser.add_argument("--iterations", type=positive_int, default=None,
                         help="training iterations per epoch (overrides the CPU budget's 25)")
-    parser.add_argument("--n-train", type=positive_int, default=40, help="training cases. Default: 40")
-    parser.add_argument("--n-test", type=non_negative_int, default=30, help="test cases. Default: 30")
+    parser.add_argument("--n-train", type=positive_int, default=177,
+                        help="training cases. Default: 177 (the size of the paper's fetal training set)")
+    parser.add_argument("--n-test", type=non_negative_int, default=60, help="test cases (a third per group). Default: 60")
     parser.add_argument("--size", type=positive_int, default=32, help="voxels per side. Default: 32")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="cohort seed. Default: 0")
     parser.add_argument("-device", default="cpu", choices=["cpu", "cuda", "mps"], help="Default: cpu")

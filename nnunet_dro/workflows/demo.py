@@ -1,7 +1,8 @@
-"""``nnunet_dro demo``: the whole loop on a small synthetic cohort, on CPU, in 20-40 minutes.
+"""``nnunet_dro demo``: the whole loop on a synthetic cohort, on CPU, in about an hour on 2 cores.
 
-1. a synthetic fetal-brain-like cohort with hidden stratification (``make-synthetic``): rare
-   spina-bifida-like and other anatomies in training, a third each in the test set;
+1. a synthetic fetal-brain-like cohort with hidden stratification (``make-synthetic``), the size
+   of the paper's fetal training set: 177 training cases with rare spina-bifida-like (12 %) and
+   other (8 %) anatomies, 60 test cases, a third per group;
 2. ``nnUNetv2_plan_and_preprocess``;
 3. ``nnUNetv2_train`` of nnU-Net's ERM trainer and of the default scale-free DRO setting
    (``nnUNetTrainerDROAdaptive``: f = 0.9, no importance weights), both at the CPU budget of
@@ -37,8 +38,8 @@ DATASET_NAME = "SyntheticFetalDemo"
 DEMO_ARMS = {"ERM": "ERM", "DRO": "Adaptive_f90_noIS"}
 
 
-def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Budget(), n_train: int = 40,
-             n_test: int = 30, size: int = 32, seed: int = 0, device: str = "cpu", overwrite: bool = False,
+def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Budget(), n_train: int = Cohort.n_train,
+             n_test: int = Cohort.n_test, size: int = 32, seed: int = 0, device: str = "cpu", overwrite: bool = False,
              echo: Callable[[str], None] = print):
     """Run the demo; returns the evaluation result (see :func:`nnunet_dro.evaluation.api.evaluate`)."""
     out = Path(output).resolve()

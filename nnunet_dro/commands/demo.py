@@ -11,7 +11,7 @@ def register(subparsers) -> None:
         "demo", help="the whole pipeline on a synthetic cohort, on CPU (about an hour on 2 cores)",
         description="Make a synthetic fetal-brain-like cohort with hidden stratification, plan and preprocess "
                     "it, train nnU-Net's ERM trainer and nnUNetTrainerDROAdaptive (scale-free DRO, default setting: "
-                    "f = 0.9, no importance weights) with the same CPU budget (a quarter of nnU-Net's "
+                    "f = 0.5, no importance weights) with the same CPU budget (a quarter of nnU-Net's "
                     "features per stage, 120 epochs x 25 iterations) from the same initial weights, predict "
                     "the test cases and print the stratified table (ERM vs DRO per condition and region). "
                     "Everything is written to OUT (its own "

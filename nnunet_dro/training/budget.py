@@ -130,7 +130,7 @@ class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
 
 
 class nnUNetTrainerDROAdaptive_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive):
-    """Scale-free DRO, the default setting (f = 0.9, no importance weights), with the CPU budget."""
+    """Scale-free DRO, the default setting (f = 0.5, no importance weights), with the CPU budget."""
 
 
 class nnUNetTrainerDROAdaptive_f50_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f50):

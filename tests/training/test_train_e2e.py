@@ -127,8 +127,8 @@ def test_adaptive_trainer_trains_with_workers_and_resumes_its_beta(label_dataset
     assert env["nnUNet_n_proc_DA"] == "2"
     train(ds, env, trainer=trainer)
     first = load(folder / "checkpoint_final.pth")["dro_state"]
-    fraction = nnUNetTrainerDROAdaptive.dro_fraction  # the default setting: f 0.9, no importance weights
-    assert first["scheme"] == "kl_adaptive" and first["config"]["dro_fraction"] == fraction == 0.9
+    fraction = nnUNetTrainerDROAdaptive.dro_fraction  # the default setting: f 0.5, no importance weights
+    assert first["scheme"] == "kl_adaptive" and first["config"]["dro_fraction"] == fraction == 0.5
     weighting = first["weighting"]
     beta = weighting["adaptive_beta"]
     assert 0 < beta <= 100.0 and np.isfinite(weighting["weight_scale"])
@@ -139,7 +139,7 @@ def test_adaptive_trainer_trains_with_workers_and_resumes_its_beta(label_dataset
     assert perplexity(losses, beta) >= fraction * losses.size * (1 - 1e-6)
     log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
     assert "scale-free hardness weighted sampling (kl)" in log and "importance weights off" in log
-    assert "perplexity >= 0.9 n" in log
+    assert "perplexity >= 0.5 n" in log
     assert "DRO stability:" in log and first["history"]["beta"][0] == pytest.approx(beta)
 
     train(ds, train_env(ds, test_trainer_dir, num_epochs=2), "--c", trainer=trainer)

@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nnunet_dro.sampling.distributions import (chi2_dro_probabilities, effective_sample_size, entropy, hardest,
-                                               kl_dro_probabilities)
+from nnunet_dro.sampling.distributions import chi2_dro_probabilities, effective_sample_size, entropy, hardest
 from nnunet_dro.sampling.storage import (BETA, CEILING, CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, WARMUP,
                                          SamplerStorage)
+from nnunet_dro.sampling.temperature import capped_softmax
 
 # Re-centre when beta * (L - c) would exceed this (exp(300) ~ 2e130: sums of 1e7 of them stay
 # finite) or when the total weight falls below exp(-RECENTRE_EXPONENT) (underflow ahead).
@@ -271,13 +271,18 @@ class HardnessWeightedSampler:
             return np.ones(idx.shape, dtype=np.float64)
         if self.divergence == "chi2":
             return self._chi2_weights(idx, fresh)
-        ceiling = self.ceiling
-        with np.errstate(invalid="ignore", over="ignore"):
-            log_w = self.beta * (np.minimum(fresh, ceiling) - np.minimum(self._storage.losses[idx], ceiling))
-        log_w = np.where(np.isfinite(fresh), log_w, 0.0)
+        log_w = np.where(np.isfinite(fresh), self.log_importance_ratios(idx, fresh, self.beta), 0.0)
         w_min, w_max = self.clip
         # clip in log space (no overflow), then once more so exp's rounding stays inside the bounds
         return np.clip(np.exp(np.clip(log_w, math.log(w_min), math.log(w_max))), w_min, w_max)
+
+    def log_importance_ratios(self, idx: NDArray[np.int64], fresh: NDArray[np.float64],
+                              beta: float | NDArray[np.float64]) -> NDArray[np.float64]:
+        """Unclipped ``beta * (l - L_i)`` against the stale losses, both clipped at the loss ceiling
+        (NaN/inf pass through: callers decide what a non-finite loss weighs)."""
+        ceiling = self.ceiling
+        with np.errstate(invalid="ignore", over="ignore"):
+            return beta * (np.minimum(fresh, ceiling) - np.minimum(self._storage.losses[idx], ceiling))
 
     def _chi2_weights(self, idx: np.ndarray, fresh: np.ndarray) -> NDArray[np.float64]:
         losses = np.array(self._storage.losses)
@@ -372,7 +377,7 @@ class HardnessWeightedSampler:
         loss ceiling: ``softmax(beta * min(L, ceiling))``."""
         if self.divergence == "chi2":
             return chi2_dro_probabilities(self.losses, self.beta)
-        return kl_dro_probabilities(np.minimum(self.losses, self.ceiling), self.beta)
+        return capped_softmax(self.losses, self.beta, self.ceiling)
 
     @property
     def losses(self) -> NDArray[np.float64]:

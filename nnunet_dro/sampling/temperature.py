@@ -44,6 +44,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 
+from nnunet_dro.sampling.distributions import kl_dro_probabilities
+
 #: Relative tolerance on beta of the root finder (the perplexity is then within about 1e-7 of target).
 BETA_RTOL = 1e-9
 
@@ -145,13 +147,18 @@ def loss_ceiling(losses: ArrayLike, beta: float, max_weight: float) -> float:
     inf
     """
     x = np.sort(np.asarray(losses, dtype=np.float64).reshape(-1))[::-1]
-    if not (max_weight > 1.0):
-        raise ValueError(f"max_weight must be > 1 (a multiple of the uniform probability 1/n), got {max_weight}")
+    check_max_weight(max_weight)
     if not (math.isfinite(beta) and beta > 0):
         raise ValueError(f"beta must be a finite positive number, got {beta}")
     if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError("losses must be a non-empty vector of finite values")
     return _ceiling_of_sorted(x, beta, max_weight)
+
+
+def check_max_weight(max_weight: float) -> None:
+    """A cap must be a number ``c > 1`` (a multiple of the uniform probability ``1 / n``)."""
+    if not (max_weight > 1.0):
+        raise ValueError(f"max_weight must be > 1 (a multiple of the uniform probability 1/n), got {max_weight}")
 
 
 def _ceiling_of_sorted(x: NDArray[np.float64], beta: float, max_weight: float) -> float:
@@ -179,9 +186,7 @@ def _ceiling_of_sorted(x: NDArray[np.float64], beta: float, max_weight: float) -
 
 def capped_softmax(losses: ArrayLike, beta: float, ceiling: float) -> NDArray[np.float64]:
     """``softmax(beta * min(L, ceiling))`` (the plain softmax for ``ceiling = inf``)."""
-    x = beta * np.minimum(np.asarray(losses, dtype=np.float64), ceiling)
-    e = np.exp(x - x.max())
-    return e / e.sum()
+    return kl_dro_probabilities(np.minimum(np.asarray(losses, dtype=np.float64), ceiling), beta)
 
 
 def solve_capped_beta_for_perplexity(losses: ArrayLike, fraction: float, beta_max: float,
@@ -204,9 +209,7 @@ def solve_capped_beta_for_perplexity(losses: ArrayLike, fraction: float, beta_ma
     shift = float(x.max())
     x = x - shift  # shift invariance; the ceiling is returned in the losses' own units
     n = x.size
-
-    if not (max_weight > 1.0):
-        raise ValueError(f"max_weight must be > 1 (a multiple of the uniform probability 1/n), got {max_weight}")
+    check_max_weight(max_weight)
     x = np.sort(x)[::-1]  # once: every evaluation below needs the hardest-first order
 
     def entropy_at(beta: float) -> float:

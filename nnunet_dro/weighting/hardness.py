@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nnunet_dro.sampling.distributions import chi2_dro_objective, kl_dro_objective
+from nnunet_dro.sampling.distributions import chi2_dro_objective, entropy, kl_dro_objective
 from nnunet_dro.sampling.hardness import HardnessWeightedSampler
-from nnunet_dro.sampling.temperature import (beta_from_spread, loss_ceiling, solve_beta_for_perplexity,
-                                             solve_capped_beta_for_perplexity)
+from nnunet_dro.sampling.temperature import (beta_from_spread, check_max_weight, loss_ceiling,
+                                             solve_beta_for_perplexity, solve_capped_beta_for_perplexity)
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights, check_batch, draw_betas
 
 STATE_VERSION = 2
@@ -84,11 +84,8 @@ class HardnessWeighting(CaseWeighting):
     # -------------------------------------------------------------- weights
     def _log_weights(self, idx: NDArray[np.int64], fresh: NDArray[np.float64],
                      beta: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Log of the unclipped importance ratio ``p_new / p_old`` (approximation of Algorithm 1;
-        with a loss ceiling, of the losses clipped at it)."""
-        ceiling = self.sampler.ceiling
-        with np.errstate(invalid="ignore", over="ignore"):
-            return beta * (np.minimum(fresh, ceiling) - np.minimum(self.sampler.losses[idx], ceiling))
+        """Log of the unclipped importance ratio ``p_new / p_old`` (approximation of Algorithm 1)."""
+        return self.sampler.log_importance_ratios(idx, fresh, beta)
 
     def _raw_weights(self, idx, fresh, draw_beta) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.bool_]]:
         """(clipped weights before self-normalisation, clipped mask, counted mask)."""
@@ -229,9 +226,8 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
             raise ValueError(f"beta_max must be a finite positive number, got {beta_max}")
         if not (0.0 <= uniform_until <= 1.0):
             raise ValueError(f"uniform_until must lie in [0, 1], got {uniform_until}")
-        if max_weight is not None and not (max_weight > 1.0):
-            raise ValueError(f"max_weight must be > 1 (a multiple of the uniform probability 1/n) or None, "
-                             f"got {max_weight}")
+        if max_weight is not None:
+            check_max_weight(max_weight)
         self.max_weight = None if max_weight is None else float(max_weight)
         self.fraction, self.beta_max, self.rule, self.kappa = float(fraction), float(beta_max), rule, float(kappa)
         self.uniform_until = float(uniform_until)
@@ -299,10 +295,9 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         ``log(mean(exp(beta L))) / beta`` when no ceiling binds)."""
         if self.sampler.ceiling == math.inf:
             return super().robust_loss()
-        q, losses = self.probabilities(), np.asarray(self.losses)
-        nz = q > 0
-        kl = float(np.sum(q[nz] * np.log(q[nz] * q.size)))
-        return float(q @ losses) - kl / self.current_beta
+        q = self.probabilities()
+        kl = math.log(q.size) - entropy(q)  # KL(q || uniform)
+        return float(q @ np.asarray(self.losses)) - kl / self.current_beta
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "adaptive_beta": self.current_beta, "loss_ceiling": self.sampler.ceiling,

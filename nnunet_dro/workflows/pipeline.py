@@ -51,9 +51,9 @@ ARM_TRAINERS = {
     "Adaptive_f75": "nnUNetTrainerDROAdaptive_f75_CPUBudget",
     "Adaptive_f90": "nnUNetTrainerDROAdaptive_f90_CPUBudget",
     "Adaptive_f25_noIS": "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget",
-    "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",  # = nnUNetTrainerDROAdaptive's default
+    "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "Adaptive_f50_noIS_smooth25": "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
-    "Adaptive_f50_noIS_cap5": "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget",
+    "Adaptive_f50_noIS_cap5": "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget",  # = nnUNetTrainerDROAdaptive's default
     "Adaptive_f75_noIS": "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
     "Adaptive_f90_noIS": "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
     "Adaptive_kappa1": "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",

@@ -127,14 +127,18 @@ def test_adaptive_trainer_trains_with_workers_and_resumes_its_beta(label_dataset
     assert env["nnUNet_n_proc_DA"] == "2"
     train(ds, env, trainer=trainer)
     first = load(folder / "checkpoint_final.pth")["dro_state"]
-    fraction = nnUNetTrainerDROAdaptive.dro_fraction  # the default setting: f 0.5, no importance weights
+    # the default setting: f 0.5, no importance weights, no case above 5 / n of the probability
+    fraction, cap = nnUNetTrainerDROAdaptive.dro_fraction, nnUNetTrainerDROAdaptive.dro_max_weight
     assert first["scheme"] == "kl_adaptive" and first["config"]["dro_fraction"] == fraction == 0.5
+    assert first["config"]["dro_max_weight"] == cap == 5.0
     weighting = first["weighting"]
     beta = weighting["adaptive_beta"]
     assert 0 < beta <= 100.0 and np.isfinite(weighting["weight_scale"])
-    # the saved beta is the perplexity solution for the saved losses (or the cap)
-    from nnunet_dro.sampling.temperature import perplexity, solve_beta_for_perplexity
+    # the saved beta is the capped perplexity solution for the saved losses (or beta_max); with 4-5
+    # training cases 5 / n >= 1, so the cap cannot bind and it is the uncapped solution as well
+    from nnunet_dro.sampling.temperature import perplexity, solve_beta_for_perplexity, solve_capped_beta_for_perplexity
     losses = np.asarray(weighting["sampler"]["losses"])
+    assert beta == pytest.approx(solve_capped_beta_for_perplexity(losses, fraction, 100.0, cap)[0], rel=1e-6)
     assert beta == pytest.approx(solve_beta_for_perplexity(losses, fraction, 100.0), rel=1e-6)
     assert perplexity(losses, beta) >= fraction * losses.size * (1 - 1e-6)
     log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))

@@ -43,11 +43,20 @@ def test_nnunet_lookup_finds_every_trainer_through_ext_trainer_folder():
     assert [l for l in proc.stdout.splitlines() if l.startswith("FOUND")] == [f"FOUND {n}" for n in names]
 
 
-def test_variants_only_set_attributes_and_keep_nnunet_constructor_signature():
+def _check_keeps_nnunet_signature_and_sets_only_attributes(cls, base_name):
+    """nnU-Net records the constructor's arguments by name: every trainer keeps its signature, and a
+    variant (any class but ``base_name``) defines no method, only attributes."""
     import inspect
     from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
-    expected = list(inspect.signature(nnUNetTrainer.__init__).parameters)
+    assert list(inspect.signature(cls.__init__).parameters) == list(inspect.signature(nnUNetTrainer.__init__).parameters)
+    if cls.__name__ != base_name:
+        assert "__init__" not in vars(cls) and not [k for k, v in vars(cls).items() if callable(v)]
+
+
+def test_variants_only_set_attributes_and_keep_nnunet_constructor_signature():
+    from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+
     table = {
         "nnUNetTrainerDRO": (100.0, True, 0.99),
         "nnUNetTrainerDRO_beta10": (10.0, True, 0.99),
@@ -62,9 +71,7 @@ def test_variants_only_set_attributes_and_keep_nnunet_constructor_signature():
         assert issubclass(cls, training.nnUNetTrainerDRO)
         assert (cls.dro_beta, cls.dro_importance_sampling, cls.sgd_momentum) == (beta, importance_sampling, momentum)
         assert cls.dro_clip == (0.1, 10.0)
-        assert list(inspect.signature(cls.__init__).parameters) == expected
-        if name != "nnUNetTrainerDRO":
-            assert "__init__" not in vars(cls) and not [k for k, v in vars(cls).items() if callable(v)]
+        _check_keeps_nnunet_signature_and_sets_only_attributes(cls, "nnUNetTrainerDRO")
     erm = training.nnUNetTrainer_SGDnoMomentum
     assert issubclass(erm, nnUNetTrainer) and not issubclass(erm, training.nnUNetTrainerDRO)
     assert erm.sgd_momentum == 0.0 and erm.sgd_nesterov is False
@@ -93,14 +100,9 @@ ADAPTIVE_VARIANTS = {
 
 @pytest.mark.parametrize("name", sorted(ADAPTIVE_VARIANTS))
 def test_adaptive_variants_keep_the_settings_they_were_measured_with(name):
-    import inspect
-    from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
-
     cls = getattr(training, name)
     got = (cls.dro_fraction, cls.dro_importance_sampling, cls.dro_max_weight, cls.dro_beta_rule,
            cls.dro_uniform_until, cls.dro_loss_smoothing)
     assert got == ADAPTIVE_VARIANTS[name]
     assert cls.dro_scheme == "kl_adaptive" and cls.dro_beta_max == 100.0
-    assert list(inspect.signature(cls.__init__).parameters) == list(inspect.signature(nnUNetTrainer.__init__).parameters)
-    if name != "nnUNetTrainerDROAdaptive":
-        assert "__init__" not in vars(cls) and not [k for k, v in vars(cls).items() if callable(v)]
+    _check_keeps_nnunet_signature_and_sets_only_attributes(cls, "nnUNetTrainerDROAdaptive")

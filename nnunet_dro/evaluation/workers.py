@@ -114,10 +114,18 @@ def _sigint_as_flag() -> Iterator[list]:
 
 
 def _dead_worker_message(tasks: Sequence[CaseTask], reading, results: dict) -> str:
+    """The one-line error for a dead worker, naming the cases being read when it died.
+
+    ``reading[i]`` is 0 for a case not started, +pid while a worker reads it, -pid once read.
+    No case in flight means the worker died while idle: before any case was started, or
+    between two cases (waiting for its next task, or sending a finished result).
+    """
     in_flight = [task.case for index, task in enumerate(tasks)
                  if reading[index] > 0 and task.case not in results]
+    started = any(reading[index] != 0 for index in range(len(tasks)))
     where = (f"while reading case {in_flight[0]}" if len(in_flight) == 1 else
              f"while the cases {', '.join(in_flight)} were being read" if in_flight else
+             "between two cases" if started else
              "before it read a case")
     return (f"a worker process died {where} (killed by a signal, e.g. out of memory?); no report "
             f"was written. Run again, with fewer processes (-np) if memory is short")

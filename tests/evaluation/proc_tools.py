@@ -33,6 +33,18 @@ def state_of(pid: int) -> str | None:
         return None
 
 
+def resident_mb(pid: int) -> float:
+    """The resident memory of ``pid`` in MB (VmRSS of /proc/PID/status; 0 if it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0  # a zombie has no VmRSS line
+
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):

@@ -13,21 +13,32 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from eval_testdata import PYTHON, make_cohort
-from proc_tools import SHM, RunningCli, descendants_of, ignores_signal, semaphores_of, wait_until_gone
+from eval_testdata import PYTHON, make_cohort, perturb, random_label_map, write_label_map
+from nnunet_dro.evaluation.metrics import CaseTask
+from nnunet_dro.evaluation.workers import _dead_worker_message
+from proc_tools import (SHM, RunningCli, descendants_of, ignores_signal, resident_mb, semaphores_of,
+                        wait_until_gone)
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists() or not SHM.is_dir(),
                                 reason="watches processes and semaphores through Linux's /proc and /dev/shm")
 
 N_CASES = 240  # about 8 s of reading on 2 busy cores: the faults arrive long before the end
+# One large case among the small ones: its HD95 keeps a worker busy for seconds, with a few hundred
+# MB more memory than between cases, so a test can see that a worker is inside it and kill it there.
+LARGE_CASE, LARGE_SHAPE = "case_060", (224, 224, 224)
 
 
 @pytest.fixture(scope="module")
 def big_cohort(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     ref, preds = make_cohort(root, n_cases=N_CASES, methods=("A",), shape=(32, 32, 32))
+    rng = np.random.default_rng(1)
+    truth = random_label_map(rng, LARGE_SHAPE)
+    write_label_map(ref / f"{LARGE_CASE}.nii.gz", truth)
+    write_label_map(preds["A"] / f"{LARGE_CASE}.nii.gz", perturb(rng, truth, 0.05))
     return ref, preds["A"]
 
 
@@ -57,6 +68,27 @@ def _start(ref, pred, out) -> tuple[RunningCli, set[str], dict[int, int]]:
     return cli, semaphores, tree
 
 
+def _kill_the_worker_inside_the_large_case(cli: RunningCli, timeout: float = 60.0) -> int:
+    """SIGKILL the worker reading LARGE_CASE, once its memory shows it is inside the case.
+
+    Killing any worker at some moment could land between two cases (idle, waiting for its next
+    task on a busy machine); the large case's HD95 takes seconds at 100+ MB above a worker's
+    memory between cases, so this kill lands inside it however busy the machine is.
+    """
+    workers = _workers(cli)  # the executor does not replace its workers
+    threshold = max(resident_mb(pid) for pid in workers) + 100
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in workers:
+            if resident_mb(pid) > threshold:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        if cli.process.poll() is not None:
+            break
+        time.sleep(0.01)
+    raise AssertionError(f"no worker grew by 100 MB (the large case); stderr so far:\n{cli.stderr}")
+
+
 def _previous_report(out: Path) -> bytes:
     out.mkdir()
     (out / "summary.csv").write_text("method,group\nprevious,run\n")
@@ -69,8 +101,7 @@ def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, t
     previous = _previous_report(out)
     shm_before = {p.name for p in SHM.glob("sem.*")}
     cli, semaphores, tree = _start(ref, pred, out)
-    victim = _workers(cli)[0]
-    os.kill(victim, signal.SIGKILL)
+    victim = _kill_the_worker_inside_the_large_case(cli)
     killed_at = time.monotonic()
     code = cli.finish(timeout=60)
     seconds = time.monotonic() - killed_at
@@ -80,9 +111,11 @@ def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, t
     lines = [line for line in re.split(r"[\r\n]", cli.stderr) if line.strip()
              and not line.lstrip().startswith("Reading cases")]
     assert len(lines) == 1, cli.stderr  # one line: no traceback, no resource-tracker warning
-    assert re.fullmatch(r"nnunet_dro evaluate: error: a worker process died while (reading case case_\d{3}|"
-                        r"the cases case_\d{3}(, case_\d{3})+ were being read) \(killed by a signal.*", lines[0]), \
-        lines[0]
+    match = re.fullmatch(r"nnunet_dro evaluate: error: a worker process died while (reading case (case_\d{3})|"
+                         r"the cases (case_\d{3}(, case_\d{3})+) were being read) \(killed by a signal.*", lines[0])
+    assert match, lines[0]
+    # the victim's case among those named (the other worker may be in the middle of one too)
+    assert LARGE_CASE in (match.group(2) or match.group(3)).split(", "), lines[0]
     assert seconds < 15, seconds  # the Pool it replaces waited forever
     assert sorted(p.name for p in out.iterdir()) == ["summary.csv"]  # no partial report, old one intact
     assert (out / "summary.csv").read_bytes() == previous
@@ -94,6 +127,23 @@ def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, t
     # machine is shared, so other programs may hold new ones).
     appeared = {p.name for p in SHM.glob("sem.*")} - shm_before
     assert not appeared - _semaphores_in_use(), appeared
+
+
+# reading[i]: 0 = case i not started, +pid = being read by worker pid, -pid = read (its result
+# may still be on its way to the parent); results: the cases the parent has received.
+@pytest.mark.parametrize("reading, received, where", [
+    ([0, 0, 0], [], "before it read a case"),
+    ([-11, 12, 0], ["case_000"], "while reading case case_001"),
+    ([11, 12, 0], [], "while the cases case_000, case_001 were being read"),
+    ([-11, -12, 0], ["case_000"], "between two cases"),  # idle, or sending case_001's result
+    ([-11, -12, -11], ["case_000", "case_001", "case_002"], "between two cases"),
+])
+def test_dead_worker_message_names_the_cases_in_flight(reading, received, where):
+    tasks = [CaseTask(case=f"case_{i:03d}", reference=f"r{i}.nii.gz", predictions=())
+             for i in range(len(reading))]
+    message = _dead_worker_message(tasks, reading, {case: None for case in received})
+    assert message.startswith(f"a worker process died {where} (killed by a signal"), message
+    assert "\n" not in message
 
 
 def _semaphores_in_use() -> set[str]:

@@ -36,7 +36,8 @@ from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDR
                                         nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget,
-                                        nnUNetTrainerGroupBalanced_CPUBudget, nnUNetTrainerGroupDRO_CPUBudget)
+                                        nnUNetTrainerGroupBalanced_CPUBudget, nnUNetTrainerGroupDRO_CPUBudget,
+                                        nnUNetTrainer_CPUBudget_repeat)
 
 __all__ = [
     "DRO_STATE_KEY",
@@ -59,6 +60,7 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_warm50",
     "nnUNetTrainerDROAdaptive_warm50_noIS",
     "nnUNetTrainer_CPUBudget",
+    "nnUNetTrainer_CPUBudget_repeat",
     "nnUNetTrainerDRO_CPUBudget",
     "nnUNetTrainerDROAdaptive_CPUBudget",
     "nnUNetTrainerDROAdaptive_f25_CPUBudget",

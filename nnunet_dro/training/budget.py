@@ -114,6 +114,13 @@ class nnUNetTrainer_CPUBudget(CPUBudget, nnUNetTrainer):
     """nnU-Net's ERM trainer with the CPU budget."""
 
 
+class nnUNetTrainer_CPUBudget_repeat(nnUNetTrainer_CPUBudget):
+    """The same ERM again, in a results folder of its own (nnU-Net names the folder after the
+    trainer): a second run on the same cohort with the same initial weights. nnU-Net's
+    augmentation workers are not seeded, so the two runs differ as any two runs do; the paired
+    difference of this arm to ERM is the run-to-run noise every other comparison carries."""
+
+
 # the arms of the robustness benchmark and the demo (imported here, after the CPUBudget mixin)
 from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive  # noqa: E402
 from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTrainerDROAdaptive_f50,  # noqa: E402
@@ -197,7 +204,7 @@ class nnUNetTrainerGroupDRO_CPUBudget(CPUBudget, nnUNetTrainerGroupDRO):
 
 
 #: every CPU-budget trainer, by name
-BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainerDRO_CPUBudget", "nnUNetTrainerDROAdaptive_CPUBudget",
+BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainer_CPUBudget_repeat", "nnUNetTrainerDRO_CPUBudget", "nnUNetTrainerDROAdaptive_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f50_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f75_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",

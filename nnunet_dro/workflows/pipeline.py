@@ -45,6 +45,7 @@ CONVERGED_DICE = 80.0
 #: Arm name -> CPU-budget trainer (the benchmark's and the demo's choices).
 ARM_TRAINERS = {
     "ERM": "nnUNetTrainer_CPUBudget",
+    "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat",  # ERM trained again: the run-to-run noise
     "DRO_beta100": "nnUNetTrainerDRO_CPUBudget",
     "Adaptive_f25": "nnUNetTrainerDROAdaptive_f25_CPUBudget",
     "Adaptive_f50": "nnUNetTrainerDROAdaptive_f50_CPUBudget",

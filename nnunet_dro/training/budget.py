@@ -204,7 +204,8 @@ class nnUNetTrainerGroupDRO_CPUBudget(CPUBudget, nnUNetTrainerGroupDRO):
 
 
 #: every CPU-budget trainer, by name
-BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainer_CPUBudget_repeat", "nnUNetTrainerDRO_CPUBudget", "nnUNetTrainerDROAdaptive_CPUBudget",
+BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainer_CPUBudget_repeat", "nnUNetTrainerDRO_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f50_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f75_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",

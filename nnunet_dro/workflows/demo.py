@@ -34,7 +34,7 @@ DATASET_ID = 990
 DATASET_NAME = "SyntheticFetalDemo"
 #: method name in the tables -> arm of the pipeline. The DRO arm is nnUNetTrainerDROAdaptive's default
 #: setting (the benchmark's Adaptive_f50_noIS_cap5: ahead of ERM on both minorities' worst cases in
-#: each of 5 seeds, two of them held out; docs/evidence.md).
+#: each of seeds 0-4, far behind on held-out seed 5; docs/evidence.md).
 DEMO_ARMS = {"ERM": "ERM", "DRO": "Adaptive_f50_noIS_cap5"}
 
 

@@ -23,7 +23,8 @@ from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTra
                                           nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50,
                                           nnUNetTrainerDROAdaptive_f25_noIS, nnUNetTrainerDROAdaptive_f75_noIS,
                                           nnUNetTrainerDROAdaptive_noIS_smooth25, nnUNetTrainerDROAdaptive_f90_noIS,
-                                          nnUNetTrainerDROAdaptive_warm50_noIS, nnUNetTrainerDROAdaptive_noIS_cap5)
+                                          nnUNetTrainerDROAdaptive_warm50_noIS, nnUNetTrainerDROAdaptive_noIS_cap5,
+                                          nnUNetTrainerDROAdaptive_untilLearned)
 from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
                                         nnUNetTrainerDROAdaptive_CPUBudget, nnUNetTrainerDROAdaptive_f25_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f50_CPUBudget,
@@ -37,7 +38,8 @@ from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDR
                                         nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget,
                                         nnUNetTrainerGroupBalanced_CPUBudget, nnUNetTrainerGroupDRO_CPUBudget,
-                                        nnUNetTrainer_CPUBudget_repeat)
+                                        nnUNetTrainer_CPUBudget_repeat,
+                                        nnUNetTrainerDROAdaptive_untilLearned_CPUBudget)
 
 __all__ = [
     "DRO_STATE_KEY",
@@ -59,6 +61,7 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_kappa1",
     "nnUNetTrainerDROAdaptive_warm50",
     "nnUNetTrainerDROAdaptive_warm50_noIS",
+    "nnUNetTrainerDROAdaptive_untilLearned",
     "nnUNetTrainer_CPUBudget",
     "nnUNetTrainer_CPUBudget_repeat",
     "nnUNetTrainerDRO_CPUBudget",
@@ -78,6 +81,7 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
     "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
     "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
+    "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget",
     "nnUNetTrainerConfigurableSGD",
     "nnUNetTrainerDRO",
     "nnUNetTrainerDRO_beta10",

@@ -129,7 +129,8 @@ from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTr
                                           nnUNetTrainerDROAdaptive_warm50, nnUNetTrainerDROAdaptive_f25_noIS,
                                           nnUNetTrainerDROAdaptive_noIS_smooth25, nnUNetTrainerDROAdaptive_noIS_cap5,
                                           nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS,
-                                          nnUNetTrainerDROAdaptive_warm50_noIS)
+                                          nnUNetTrainerDROAdaptive_warm50_noIS,
+                                          nnUNetTrainerDROAdaptive_untilLearned)
 
 
 class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
@@ -192,6 +193,10 @@ class nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget(CPUBudget, nnUNetTrainerDRO
     pass
 
 
+class nnUNetTrainerDROAdaptive_untilLearned_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_untilLearned):
+    pass
+
+
 from nnunet_dro.training.cohort import nnUNetTrainerGroupBalanced, nnUNetTrainerGroupDRO  # noqa: E402
 
 
@@ -214,4 +219,5 @@ BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainer_CPUBudget_repeat", 
                    "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
                    "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget",
                    "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget",
                    "nnUNetTrainerGroupBalanced_CPUBudget", "nnUNetTrainerGroupDRO_CPUBudget")

@@ -58,6 +58,19 @@ def lost_epochs(dice_per_epoch: Sequence[Sequence[float]], learned: float = LEAR
     return count
 
 
+def all_learned(dice: Sequence[float], learned: float = LEARNED) -> bool:
+    """True if every structure's pseudo-Dice of one epoch is at least ``learned`` (a NaN Dice, a
+    structure absent from that epoch's validation patches, is not held against it; an epoch with
+    no finite Dice is not).
+
+    >>> all_learned([0.9, 0.55, float("nan")]), all_learned([0.9, 0.2]), all_learned([float("nan")])
+    (True, False, False)
+    """
+    values = np.asarray(dice, dtype=np.float64).reshape(-1)
+    values = values[np.isfinite(values)]
+    return bool(values.size) and bool(np.all(values >= learned))
+
+
 def stability_line(dice_per_epoch: Sequence[Sequence[float]], start_epoch: int = START_EPOCH,
                    threshold: float = THRESHOLD) -> str:
     """One log line, e.g. ``stability: 0 of 30 epochs since epoch 10 with a structure's

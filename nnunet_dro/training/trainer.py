@@ -62,7 +62,7 @@ from nnunet_dro.training.hardness_report import (GROUPS_CSV, HARDNESS_CSV, PROGR
 from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloaders, checkpoint_contents,
                                                read_checkpoint, save_checkpoint_atomic)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
-from nnunet_dro.training.stability import pseudo_dice_history, stability_line
+from nnunet_dro.training.stability import all_learned, pseudo_dice_history, stability_line
 from nnunet_dro.weighting import (AdaptiveHardnessWeighting, CaseWeighting, Chi2HardnessWeighting, FixedWeighting,
                                   GroupBalancedWeighting, GroupDROWeighting, HardnessWeighting, ImportanceWeights,
                                   KLReweighting)
@@ -201,6 +201,10 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     - ``dro_warmup``: a uniform pass that gives every case a fresh loss first.
     - ``dro_uniform_until`` (adaptive scheme): uniform sampling (ERM) for this fraction of the
       epochs, robust weighting afterwards; the stale losses are refreshed throughout.
+    - ``dro_uniform_until_learned`` (adaptive scheme): uniform sampling (ERM) until the first epoch
+      at whose end every structure's pseudo-Dice (nnU-Net's online validation) is at least this
+      value, robust weighting from the next epoch on (None: off). A run whose last structures are
+      learned late gets robust weighting late, or never: it then trains exactly as ERM.
     - ``dro_loss_smoothing``: ``L_i <- L_i + s (l_i - L_i)``; 1 replaces (the paper).
     - ``dro_init_loss``: ``L_init`` (None: 100, above any per-case Dice + CE of nnU-Net, so every
       case is drawn once before hardness takes over).
@@ -216,6 +220,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     dro_kappa: float = 1.0
     dro_max_weight: Optional[float] = None
     dro_uniform_until: float = 0.0
+    dro_uniform_until_learned: Optional[float] = None
     dro_warmup: bool = False
     dro_importance_sampling: bool = True
     dro_clip: Tuple[float, float] = (0.1, 10.0)
@@ -278,7 +283,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             return AdaptiveHardnessWeighting(num_cases, fraction=self.dro_fraction, beta_max=self.dro_beta_max,
                                              rule=self.dro_beta_rule, kappa=self.dro_kappa,
                                              uniform_until=self.dro_uniform_until, max_weight=self.dro_max_weight,
-                                             **common)
+                                             hold_uniform=self.dro_uniform_until_learned is not None, **common)
         return KLReweighting(num_cases, schedule=self.reweight_schedule, momentum=self.reweight_momentum,
                              clip=self.reweight_clip, seed=seed)
 
@@ -401,8 +406,10 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
 
     def on_epoch_end(self):
         super().on_epoch_end()
+        history = pseudo_dice_history(self)
         if self.local_rank == 0:
-            self.print_to_log_file("DRO " + stability_line(pseudo_dice_history(self)))
+            self.print_to_log_file("DRO " + stability_line(history))
+        self._release_when_learned(history)
         if self.dro_write_report_every_epoch:
             self.write_hardness_report()
 
@@ -413,6 +420,18 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             # keep the final state for any later save_checkpoint; release the shared memory
             self._dro_final_state = self._dro_state()
             self._close_case_weighting()
+
+    def _release_when_learned(self, history: list) -> None:
+        """End the ERM phase of ``dro_uniform_until_learned`` once the epoch that just ended had every
+        structure learned (every rank logs the same gathered pseudo-Dice, so all release together)."""
+        threshold = self.dro_uniform_until_learned
+        weighting = self.case_weighting
+        if threshold is None or weighting is None or not getattr(weighting, "held_uniform", False):
+            return
+        if history and all_learned(history[-1], float(threshold)):
+            weighting.release()
+            self.print_to_log_file(f"DRO: every structure's pseudo-Dice >= {float(threshold):g} at epoch "
+                                   f"{self.current_epoch - 1}: robust weighting from epoch {self.current_epoch} on")
 
     def write_hardness_report(self) -> None:
         """Write ``dro_hardness.csv`` and ``dro_progress.png`` to the fold folder (rank 0 only)."""

@@ -204,6 +204,11 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
     learned the common anatomy, instead of steering the first iterations towards the hardest
     cases, which delays learning small structures at all.
 
+    ``hold_uniform``: the same ERM phase, ended by an event instead of a date: the weighting stays
+    uniform until :meth:`release` is called (the nnU-Net trainer calls it once every structure is
+    learned, whenever that happens within the budget), and stays released. The flag is part of
+    the state, so a resumed run continues in the phase it was in.
+
     >>> w = AdaptiveHardnessWeighting(8, fraction=0.5, init_loss=np.linspace(0.1, 0.8, 8))
     >>> round(float(np.exp(w.epoch_stats()["entropy"])) / 8, 6)
     0.5
@@ -217,7 +222,8 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
                  init_loss: float | ArrayLike = 100.0, importance: ImportanceWeights = ImportanceWeights(),
                  seed: int | None = None, shared: bool = False, warmup: bool = False,
                  loss_smoothing: float = 1.0, rule: str = "perplexity", kappa: float = 1.0,
-                 adapt_every: int | None = None, uniform_until: float = 0.0, max_weight: float | None = None):
+                 adapt_every: int | None = None, uniform_until: float = 0.0, max_weight: float | None = None,
+                 hold_uniform: bool = False):
         if rule not in self.RULES:
             raise ValueError(f"rule must be one of {self.RULES}, got {rule!r}")
         if not (0.0 < fraction <= 1.0):
@@ -231,6 +237,7 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         self.max_weight = None if max_weight is None else float(max_weight)
         self.fraction, self.beta_max, self.rule, self.kappa = float(fraction), float(beta_max), rule, float(kappa)
         self.uniform_until = float(uniform_until)
+        self.held_uniform = bool(hold_uniform)
         self.adapt_every = max(1, int(num_cases) // 256) if adapt_every is None else max(1, int(adapt_every))
         self._updates_since_solve = 0
         super().__init__(num_cases, beta=beta_max, init_loss=init_loss, importance=importance, seed=seed,
@@ -239,8 +246,15 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
 
     @property
     def in_uniform_phase(self) -> bool:
-        """True while training progress is below ``uniform_until`` (ERM phase)."""
-        return self.progress < self.uniform_until
+        """True while training progress is below ``uniform_until`` or the weighting is held
+        uniform (ERM phase)."""
+        return self.held_uniform or self.progress < self.uniform_until
+
+    def release(self) -> None:
+        """End the ``hold_uniform`` phase (robust weighting from the next draw on); idempotent."""
+        if self.held_uniform:
+            self.held_uniform = False
+            self.resolve_beta()
 
     def set_progress(self, fraction: float) -> None:
         was_uniform = self.in_uniform_phase
@@ -288,6 +302,8 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
             text += f"; no case above {self.max_weight:g} / n of the probability"
         if self.uniform_until > 0:
             text += f"; uniform sampling (ERM) for the first {100 * self.uniform_until:g}% of training"
+        if self.held_uniform:
+            text += "; uniform sampling (ERM) until released"
         return text
 
     def robust_loss(self) -> float:
@@ -301,7 +317,7 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "adaptive_beta": self.current_beta, "loss_ceiling": self.sampler.ceiling,
-                "updates_since_solve": self._updates_since_solve}
+                "updates_since_solve": self._updates_since_solve, "held_uniform": self.held_uniform}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores the beta in force; a fixed-beta run's state (no ``adaptive_beta``) gets its beta
@@ -309,6 +325,8 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         sampler_state = dict(state.get("sampler", state))
         sampler_state.pop("beta", None)  # the sampler's beta is this scheme's business, not a mismatch
         super().load_state_dict({"sampler": sampler_state, "weight_scale": state.get("weight_scale", 1.0)})
+        # states written before the hold existed were never held
+        self.held_uniform = bool(state.get("held_uniform", False))
         beta = state.get("adaptive_beta")
         ceiling = float(state.get("loss_ceiling", math.inf))
         if beta is not None and math.isfinite(beta) and beta > 0 and not math.isnan(ceiling):

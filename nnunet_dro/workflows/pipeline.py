@@ -60,6 +60,8 @@ ARM_TRAINERS = {
     "Adaptive_kappa1": "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
     "Adaptive_warm50": "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
     "Adaptive_warm50_noIS": "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
+    # the default after uniform sampling until every structure is learned
+    "Adaptive_untilLearned": "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget",
     # label-aware comparison arms: they read the cohort's subgroups.tsv (grouped by condition)
     "GroupBalanced": "nnUNetTrainerGroupBalanced_CPUBudget",
     "GroupDRO": "nnUNetTrainerGroupDRO_CPUBudget",

@@ -627,6 +627,35 @@ def test_adaptive_uniform_phase_is_erm_then_the_constraint_takes_over():
         assert w.current_beta == pytest.approx(1e-12)
 
 
+def test_adaptive_hold_is_erm_until_released_and_the_state_keeps_the_phase():
+    """``hold_uniform``: uniform draws and unit weights until :meth:`release` (idempotent), the
+    constraint from then on; the flag round-trips through the state, and a state written before the
+    flag existed loads as released."""
+    losses = np.linspace(0.1, 0.9, 10)
+    with AdaptiveHardnessWeighting(10, fraction=0.5, init_loss=losses, hold_uniform=True, seed=0,
+                                   importance=ImportanceWeights(self_normalise=True)) as w, \
+            AdaptiveHardnessWeighting(10, fraction=0.5, init_loss=losses, hold_uniform=True, seed=1) as other:
+        w.set_progress(0.9)  # progress alone does not end the hold
+        assert w.in_uniform_phase and w.current_beta == pytest.approx(1e-12)
+        idx, beta = w.sample_with_beta(4)
+        np.testing.assert_allclose(w.weights(idx, losses[idx] + 0.5, beta), 1.0, rtol=1e-9)
+        held = w.state_dict()
+        assert held["held_uniform"] is True
+        w.release()
+        w.release()
+        assert not w.in_uniform_phase and w.current_beta > 1.0
+        p = w.probabilities()
+        assert np.exp(-(p * np.log(p)).sum()) == pytest.approx(5.0, rel=1e-6)
+        other.load_state_dict(pickle.loads(pickle.dumps(w.state_dict())))
+        assert not other.held_uniform
+        np.testing.assert_allclose(other.probabilities(), p, rtol=1e-12)
+        other.load_state_dict(held)
+        assert other.held_uniform and other.current_beta == pytest.approx(1e-12)
+        legacy = {k: v for k, v in held.items() if k != "held_uniform"}
+        other.load_state_dict(legacy)
+        assert not other.held_uniform
+
+
 @pytest.mark.parametrize("bad", [-0.1, 1.5])
 def test_adaptive_uniform_until_is_a_fraction(bad):
     with pytest.raises(ValueError, match="uniform_until"):

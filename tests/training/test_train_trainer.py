@@ -15,7 +15,7 @@ from batchgenerators.utilities.file_and_folder_operations import load_json
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
 from nnunet_dro.training import (DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS,
-                                 nnUNetTrainerDROAdaptive_noIS_cap5)
+                                 nnUNetTrainerDROAdaptive_noIS_cap5, nnUNetTrainerDROAdaptive_untilLearned)
 from nnunet_dro.training.nnunet_compat import compatibility_problems
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -183,3 +183,44 @@ def test_cap_trainer_builds_a_capped_scale_free_scheme(label_dataset, monkeypatc
         assert w.state_dict()["loss_ceiling"] == w.sampler.ceiling < 10.0
     finally:
         trainer._close_case_weighting()
+
+
+class _UntilLearnedForFewCases(nnUNetTrainerDROAdaptive_untilLearned):
+    dro_max_weight = None  # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
+
+
+@pytest.mark.parametrize("released", [False, True])
+def test_until_learned_trainer_is_uniform_until_every_structure_is_learned_and_resumes_so(
+        label_dataset, monkeypatch, tmp_path, released):
+    """Uniform draws while any structure's pseudo-Dice is below 0.5 (NaN, an absent structure, is
+    not held against it); robust weighting once all are at least 0.5; the phase survives ``--c``."""
+    trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=_UntilLearnedForFewCases)
+    path = tmp_path / "checkpoint_latest.pth"
+    try:
+        w = trainer.case_weighting
+        n = w.num_cases
+        w.update(np.arange(n), np.linspace(0.1, 2.0, n))
+        uniform = np.full(n, 1.0 / n)
+        assert w.held_uniform and "until released" in w.describe()
+        np.testing.assert_allclose(w.probabilities(), uniform, rtol=1e-9)
+        for not_yet in ([], [[0.9, 0.49]], [[0.9, 0.9], [0.0, 0.9]], [[float("nan"), float("nan")]]):
+            trainer._release_when_learned(not_yet)
+            assert w.held_uniform
+        if released:
+            trainer._release_when_learned([[0.1, 0.0], [0.5, float("nan")]])
+            assert not w.held_uniform
+            p = w.probabilities()
+            assert p.argmax() == n - 1 and np.exp(-(p * np.log(p)).sum()) == pytest.approx(0.5 * n, rel=1e-6)
+            trainer._release_when_learned([[0.0, 0.0]])  # released for good: a later dip does not hold it again
+            assert not w.held_uniform
+        trainer.save_checkpoint(str(path))
+        expected = w.probabilities()
+    finally:
+        shut_down(trainer)
+    resumed = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=_UntilLearnedForFewCases)
+    try:
+        resumed.load_checkpoint(str(path))
+        assert resumed.case_weighting.held_uniform is not released
+        np.testing.assert_allclose(resumed.case_weighting.probabilities(), expected, rtol=1e-9)
+    finally:
+        resumed._close_case_weighting()

@@ -77,24 +77,26 @@ def test_variants_only_set_attributes_and_keep_nnunet_constructor_signature():
     assert erm.sgd_momentum == 0.0 and erm.sgd_nesterov is False
 
 
-# name -> (f, importance sampling, largest p as a multiple of 1/n, beta rule, uniform fraction of epochs, smoothing).
+# name -> (f, importance sampling, largest p as a multiple of 1/n, beta rule, uniform fraction of epochs, smoothing,
+# uniform until every structure's pseudo-Dice reaches).
 # The variants keep the settings the evidence tables measured them with (no cap) although the default
 # gained the cap: a name must keep meaning what the benchmark says it did.
 ADAPTIVE_VARIANTS = {
-    "nnUNetTrainerDROAdaptive": (0.5, False, 5.0, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_noIS_cap5": (0.5, False, 5.0, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_noIS": (0.5, False, None, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_f25": (0.25, True, None, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_f50": (0.5, True, None, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_f75": (0.75, True, None, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_f90": (0.9, True, None, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_f25_noIS": (0.25, False, None, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_f75_noIS": (0.75, False, None, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_f90_noIS": (0.9, False, None, "perplexity", 0.0, 1.0),
-    "nnUNetTrainerDROAdaptive_noIS_smooth25": (0.5, False, None, "perplexity", 0.0, 0.25),
-    "nnUNetTrainerDROAdaptive_warm50": (0.5, True, None, "perplexity", 0.5, 1.0),
-    "nnUNetTrainerDROAdaptive_warm50_noIS": (0.5, False, None, "perplexity", 0.5, 1.0),
-    "nnUNetTrainerDROAdaptive_kappa1": (0.5, False, None, "spread", 0.0, 1.0),
+    "nnUNetTrainerDROAdaptive": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_noIS_cap5": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_noIS": (0.5, False, None, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_f25": (0.25, True, None, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_f50": (0.5, True, None, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_f75": (0.75, True, None, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_f90": (0.9, True, None, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_f25_noIS": (0.25, False, None, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_f75_noIS": (0.75, False, None, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_f90_noIS": (0.9, False, None, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_noIS_smooth25": (0.5, False, None, "perplexity", 0.0, 0.25, None),
+    "nnUNetTrainerDROAdaptive_warm50": (0.5, True, None, "perplexity", 0.5, 1.0, None),
+    "nnUNetTrainerDROAdaptive_warm50_noIS": (0.5, False, None, "perplexity", 0.5, 1.0, None),
+    "nnUNetTrainerDROAdaptive_kappa1": (0.5, False, None, "spread", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_untilLearned": (0.5, False, 5.0, "perplexity", 0.0, 1.0, 0.5),
 }
 
 
@@ -102,7 +104,7 @@ ADAPTIVE_VARIANTS = {
 def test_adaptive_variants_keep_the_settings_they_were_measured_with(name):
     cls = getattr(training, name)
     got = (cls.dro_fraction, cls.dro_importance_sampling, cls.dro_max_weight, cls.dro_beta_rule,
-           cls.dro_uniform_until, cls.dro_loss_smoothing)
+           cls.dro_uniform_until, cls.dro_loss_smoothing, cls.dro_uniform_until_learned)
     assert got == ADAPTIVE_VARIANTS[name]
     assert cls.dro_scheme == "kl_adaptive" and cls.dro_beta_max == 100.0
     _check_keeps_nnunet_signature_and_sets_only_attributes(cls, "nnUNetTrainerDROAdaptive")

@@ -156,6 +156,24 @@ def test_adaptive_trainer_trains_with_workers_and_resumes_its_beta(label_dataset
     check_hardness_report(folder, losses.size)
 
 
+def test_until_learned_trainer_releases_robust_weighting_with_workers(label_dataset, test_trainer_dir):
+    """nnUNetTrainerDROAdaptive_untilLearned through nnUNetv2_train with two data-augmentation
+    workers (threshold 0 in the test class, so the first epoch's pseudo-Dice releases it): epoch 0
+    draws uniformly, epoch 1 under the solved beta, and the checkpoint says the phase is over."""
+    ds = label_dataset
+    trainer = "nnUNetTrainerDROAdaptive_untilLearned_e2eTest"
+    folder = fold_folder(ds, trainer)
+    train(ds, train_env(ds, test_trainer_dir, num_epochs=2), trainer=trainer)
+    state = load(folder / "checkpoint_final.pth")["dro_state"]
+    assert state["config"]["dro_uniform_until_learned"] == 0.0
+    assert state["weighting"]["held_uniform"] is False
+    beta = state["history"]["beta"]
+    assert beta[0] == pytest.approx(1e-12) and beta[1] > 1e-6
+    log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
+    assert "uniform sampling (ERM) until released" in log
+    assert "every structure's pseudo-Dice >= 0 at epoch 0: robust weighting from epoch 1 on" in log
+
+
 def _processes_in_group(pgid):
     found = []
     for entry in os.listdir("/proc"):

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from nnunet_dro.training import (nnUNetTrainerCaseWeights, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive,
-                                 nnUNetTrainerGroupDRO)
+                                 nnUNetTrainerDROAdaptive_untilLearned, nnUNetTrainerGroupDRO)
 
 
 class TestSize:
@@ -57,6 +57,10 @@ class nnUNetTrainerDRO_e2eTest(TestSize, nnUNetTrainerDRO):
 
 class nnUNetTrainerDROAdaptive_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
     pass
+
+
+class nnUNetTrainerDROAdaptive_untilLearned_e2eTest(TestSize, nnUNetTrainerDROAdaptive_untilLearned):
+    dro_uniform_until_learned = 0.0  # any finite pseudo-Dice counts as learned: released after epoch 0
 
 
 class nnUNetTrainerGroupDRO_e2eTest(TestSize, nnUNetTrainerGroupDRO):

@@ -288,7 +288,23 @@ def training_summary(fold_dir: Path) -> dict:
         if values.size:
             out[f"dro_{key}_last"] = float(values[-1])
             out[f"dro_{key}_mean"] = float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+    if history.get("beta"):
+        out["dro_robust_from_epoch"] = robust_from_epoch(history["beta"], history.get("epoch"))
     return out
+
+
+def robust_from_epoch(betas: Sequence, epochs: Sequence | None = None) -> int | None:
+    """The first epoch that drew under a beta above the uniform phase's (1e-12), i.e. with robust
+    weighting on; None if the run stayed uniform (ERM) throughout.
+
+    >>> robust_from_epoch([1e-12, 1e-12, 3.5, 2.0]), robust_from_epoch([1e-12, None]), robust_from_epoch([4.0])
+    (2, None, 0)
+    """
+    epochs = list(range(len(betas))) if epochs is None else list(epochs)
+    for epoch, beta in zip(epochs, betas):
+        if beta is not None and np.isfinite(beta) and beta > 1e-9:
+            return int(epoch)
+    return None
 
 
 def majority_means(per_case: pd.DataFrame) -> dict[str, float]:

@@ -192,8 +192,8 @@ class _UntilLearnedForFewCases(nnUNetTrainerDROAdaptive_untilLearned):
 @pytest.mark.parametrize("released", [False, True])
 def test_until_learned_trainer_is_uniform_until_every_structure_is_learned_and_resumes_so(
         label_dataset, monkeypatch, tmp_path, released):
-    """Uniform draws while any structure's pseudo-Dice is below 0.5 (NaN, an absent structure, is
-    not held against it); robust weighting once all are at least 0.5; the phase survives ``--c``."""
+    """Uniform draws while any structure's pseudo-Dice is below 0.2 (NaN, an absent structure, is
+    not held against it); robust weighting once all are at least 0.2; the phase survives ``--c``."""
     trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=_UntilLearnedForFewCases)
     path = tmp_path / "checkpoint_latest.pth"
     try:
@@ -203,11 +203,11 @@ def test_until_learned_trainer_is_uniform_until_every_structure_is_learned_and_r
         uniform = np.full(n, 1.0 / n)
         assert w.held_uniform and "until released" in w.describe()
         np.testing.assert_allclose(w.probabilities(), uniform, rtol=1e-9)
-        for not_yet in ([], [[0.9, 0.49]], [[0.9, 0.9], [0.0, 0.9]], [[float("nan"), float("nan")]]):
+        for not_yet in ([], [[0.9, 0.19]], [[0.9, 0.9], [0.0, 0.9]], [[float("nan"), float("nan")]]):
             trainer._release_when_learned(not_yet)
             assert w.held_uniform
         if released:
-            trainer._release_when_learned([[0.1, 0.0], [0.5, float("nan")]])
+            trainer._release_when_learned([[0.1, 0.0], [0.2, float("nan")]])
             assert not w.held_uniform
             p = w.probabilities()
             assert p.argmax() == n - 1 and np.exp(-(p * np.log(p)).sum()) == pytest.approx(0.5 * n, rel=1e-6)

@@ -386,21 +386,23 @@ def _fmt(value) -> str:
 
 def terminal_report(summary: pd.DataFrame, paired: pd.DataFrame, targets: list[str]) -> str:
     header = "".join(f"{s:>14}" for s in REPORT_STATISTICS)
+    # the arm column fits the longest arm name (e.g. Adaptive_f50_noIS_smooth25) plus a space
+    width = max([18] + [len(str(m)) + 1 for m in list(summary["method"]) + list(paired["method"])])
     lines = ["Dice (%) per group and region, mean ± sd over seeds",
-             f"{'group':<13}{'region':<17}{'arm':<18}{'n':>4}" + header]
+             f"{'group':<13}{'region':<17}{'arm':<{width}}{'n':>4}" + header]
     previous = None
     for _, r in summary.iterrows():
         key = (r["group"], r["region"])
         left = f"{r['group']:<13}{r['region']:<17}" if key != previous else " " * 30
         previous = key
-        lines.append(left + f"{r['method']:<18}{r['n_cases_per_seed']:>4.0f}"
+        lines.append(left + f"{r['method']:<{width}}{r['n_cases_per_seed']:>4.0f}"
                      + "".join(f"{_pm(r[s], r[f'{s}_sd']):>14}" for s in REPORT_STATISTICS))
     lines += ["", "Paired arm - ERM: per-seed difference mean ± sd [sign per seed]",
-              f"{'arm':<18}{'group':<13}{'region':<17}" + "".join(f"{'Δ' + s:>22}" for s in REPORT_STATISTICS)]
+              f"{'arm':<{width}}{'group':<13}{'region':<17}" + "".join(f"{'Δ' + s:>22}" for s in REPORT_STATISTICS)]
     for _, r in paired.iterrows():
         if r["group"] == "all":
             continue
-        lines.append(f"{r['method']:<18}{r['group']:<13}{r['region']:<17}"
+        lines.append(f"{r['method']:<{width}}{r['group']:<13}{r['region']:<17}"
                      + "".join(f"{_signed(r[f'd_{s}'], r[f'd_{s}_sd'], r[f'd_{s}_signs']):>22}"
                                for s in REPORT_STATISTICS))
     lines += ["", "Targets:"] + ["  " + t for t in targets]

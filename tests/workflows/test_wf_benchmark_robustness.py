@@ -179,6 +179,16 @@ def test_reports_and_tradeoff_plot_render(bench, tmp_path):
     assert (tmp_path / "tradeoff.png").stat().st_size > 10_000
 
 
+def test_terminal_report_keeps_a_long_arm_name_apart_from_the_group(bench):
+    per_case = _per_case(3.0)
+    per_case["method"] = per_case["method"].replace("Adaptive_f50", "Adaptive_untilLearned")
+    by_seed = bench.summary_by_seed(per_case)
+    summary = bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_untilLearned"])
+    paired = bench.paired_comparison(per_case, by_seed)
+    text = bench.terminal_report(summary, paired, [])
+    assert "Adaptive_untilLearned spina_bifida" in text and "Adaptive_untilLearnedspina" not in text
+
+
 def test_headline_shows_erm_in_dice_and_each_arm_as_its_paired_difference(bench):
     """The headline: ERM's row holds Dice (mean ± sd over seeds), the other arm's the paired
     difference with its sign per seed; the controls' cell of an arm that changed only the

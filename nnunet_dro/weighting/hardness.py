@@ -23,6 +23,9 @@ from nnunet_dro.sampling.temperature import (beta_from_spread, check_max_weight,
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights, check_batch, draw_betas
 
 STATE_VERSION = 2
+#: The beta of the adaptive scheme's uniform (ERM) phase, and the floor of every beta it solves:
+#: never 0 (the sampler needs a positive beta), and so small that softmax(beta L) is uniform.
+UNIFORM_BETA = 1e-12
 
 
 class HardnessWeighting(CaseWeighting):
@@ -270,17 +273,17 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         """``(beta, loss ceiling)`` of the rule for these stale losses (ceiling ``inf`` without
         ``max_weight``)."""
         if self.in_uniform_phase:
-            return 1e-12, math.inf
+            return UNIFORM_BETA, math.inf
         ceiling = math.inf
         if self.rule == "spread":
-            beta = max(beta_from_spread(losses, self.kappa, self.beta_max), 1e-12)
+            beta = max(beta_from_spread(losses, self.kappa, self.beta_max), UNIFORM_BETA)
             if self.max_weight is not None:
                 ceiling = loss_ceiling(losses, beta, self.max_weight)
         elif self.max_weight is not None:
             beta, ceiling = solve_capped_beta_for_perplexity(losses, self.fraction, self.beta_max, self.max_weight)
         else:
             beta = solve_beta_for_perplexity(losses, self.fraction, self.beta_max)
-        return max(beta, 1e-12), ceiling
+        return max(beta, UNIFORM_BETA), ceiling
 
     def resolve_beta(self) -> float:
         """Solve beta (and the ceiling) for the current stale losses and put them in force (O(n))."""

@@ -30,6 +30,7 @@ from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
 from nnunet_dro.training.budget import EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
 from nnunet_dro.training.stability import LEARNED, START_EPOCH, THRESHOLD, collapsed_epochs, lost_epochs
+from nnunet_dro.weighting.hardness import UNIFORM_BETA
 from nnunet_dro.workflows.ensemble import predict
 from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
 
@@ -294,15 +295,15 @@ def training_summary(fold_dir: Path) -> dict:
 
 
 def robust_from_epoch(betas: Sequence, epochs: Sequence | None = None) -> int | None:
-    """The first epoch that drew under a beta above the uniform phase's (1e-12), i.e. with robust
-    weighting on; None if the run stayed uniform (ERM) throughout.
+    """The first epoch that drew under a beta well above the uniform phase's (``UNIFORM_BETA``),
+    i.e. with robust weighting on; None if the run stayed uniform (ERM) throughout.
 
     >>> robust_from_epoch([1e-12, 1e-12, 3.5, 2.0]), robust_from_epoch([1e-12, None]), robust_from_epoch([4.0])
     (2, None, 0)
     """
     epochs = list(range(len(betas))) if epochs is None else list(epochs)
     for epoch, beta in zip(epochs, betas):
-        if beta is not None and np.isfinite(beta) and beta > 1e-9:
+        if beta is not None and np.isfinite(beta) and beta > 1e3 * UNIFORM_BETA:
             return int(epoch)
     return None
 

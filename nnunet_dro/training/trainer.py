@@ -199,12 +199,13 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     - ``dro_importance_sampling``, ``dro_clip``, ``dro_is_first_draw_one``, ``dro_is_self_normalise``:
       the importance weights (:class:`~nnunet_dro.weighting.ImportanceWeights`).
     - ``dro_warmup``: a uniform pass that gives every case a fresh loss first.
-    - ``dro_uniform_until`` (adaptive scheme): uniform sampling (ERM) for this fraction of the
-      epochs, robust weighting afterwards; the stale losses are refreshed throughout.
-    - ``dro_uniform_until_learned`` (adaptive scheme): uniform sampling (ERM) until the first epoch
-      at whose end every structure's pseudo-Dice (nnU-Net's online validation) is at least this
-      value, robust weighting from the next epoch on (None: off). A run whose last structures are
-      learned late gets robust weighting late, or never: it then trains exactly as ERM.
+    - ``dro_uniform_until`` (adaptive scheme only; on any other scheme an error at start): uniform
+      sampling (ERM) for this fraction of the epochs, robust weighting afterwards; the stale losses
+      are refreshed throughout.
+    - ``dro_uniform_until_learned`` (adaptive scheme only, likewise): uniform sampling (ERM) until
+      the first epoch at whose end every structure's pseudo-Dice (nnU-Net's online validation) is at
+      least this value, robust weighting from the next epoch on (None: off). A run whose last
+      structures are learned late gets robust weighting late, or never: it then trains exactly as ERM.
     - ``dro_loss_smoothing``: ``L_i <- L_i + s (l_i - L_i)``; 1 replaces (the paper).
     - ``dro_init_loss``: ``L_init`` (None: 100, above any per-case Dice + CE of nnU-Net, so every
       case is drawn once before hardness takes over).
@@ -273,6 +274,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         common = dict(init_loss=init, importance=importance, seed=seed, shared=True, warmup=self.dro_warmup,
                       loss_smoothing=self.dro_loss_smoothing)
         scheme = self.scheme
+        self._check_erm_phase_attributes(scheme)
         if scheme in TABLE_SCHEMES:
             return self._build_table_weighting(scheme, seed)
         if scheme == "kl":
@@ -286,6 +288,18 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                                              hold_uniform=self.dro_uniform_until_learned is not None, **common)
         return KLReweighting(num_cases, schedule=self.reweight_schedule, momentum=self.reweight_momentum,
                              clip=self.reweight_clip, seed=seed)
+
+    def _check_erm_phase_attributes(self, scheme: str) -> None:
+        """The ERM phase (``dro_uniform_until``, ``dro_uniform_until_learned``) belongs to the adaptive
+        scheme: set on another scheme it would be silently ignored, so a subclass that sets it there
+        is told at start rather than trained as something it did not ask for."""
+        if scheme == "kl_adaptive":
+            return
+        for name, off in (("dro_uniform_until", 0.0), ("dro_uniform_until_learned", None)):
+            value = getattr(self, name)
+            if value != off:
+                raise RuntimeError(f"{type(self).__name__}.{name} = {value!r} only acts with dro_scheme "
+                                   f"'kl_adaptive', not {scheme!r}; remove it or subclass nnUNetTrainerDROAdaptive")
 
     def _build_table_weighting(self, scheme: str, seed: Optional[int]) -> CaseWeighting:
         """Fixed case weights, group-balanced sampling or group DRO, from the user's tables."""

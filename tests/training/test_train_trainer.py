@@ -224,3 +224,30 @@ def test_until_learned_trainer_is_uniform_until_every_structure_is_learned_and_r
         np.testing.assert_allclose(resumed.case_weighting.probabilities(), expected, rtol=1e-9)
     finally:
         resumed._close_case_weighting()
+
+
+class _FixedBetaWithWarmFraction(nnUNetTrainerDRO):
+    dro_uniform_until = 0.5
+
+
+class _FixedBetaUntilLearned(nnUNetTrainerDRO):
+    dro_uniform_until_learned = 0.2
+
+
+class _Chi2UntilLearned(nnUNetTrainerDRO):
+    dro_divergence = "chi2"
+    dro_uniform_until_learned = 0.0  # 0.0 is "on" (any pseudo-Dice counts), not "off"
+
+
+@pytest.mark.parametrize("cls, attribute, scheme", [
+    (_FixedBetaWithWarmFraction, "dro_uniform_until", "kl"),
+    (_FixedBetaUntilLearned, "dro_uniform_until_learned", "kl"),
+    (_Chi2UntilLearned, "dro_uniform_until_learned", "chi2"),
+])
+def test_erm_phase_attributes_on_a_non_adaptive_scheme_stop_the_start(label_dataset, monkeypatch, cls, attribute,
+                                                                       scheme):
+    """The ERM phase belongs to the adaptive scheme; named on another, initialize() says so (one line,
+    naming the class, the attribute and the scheme) instead of silently training without it."""
+    with pytest.raises(RuntimeError, match=rf"^{cls.__name__}\.{attribute} = .* only acts with dro_scheme "
+                                           rf"'kl_adaptive', not '{scheme}'; [^\n]*$"):
+        make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=cls)

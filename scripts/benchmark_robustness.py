@@ -264,8 +264,51 @@ def _signed(value: float, sd: float, signs: str = "") -> str:
 REPORT_STATISTICS = ("mean", "p10", "p5", "iqr")
 
 
+def learning_split(runs: pd.DataFrame, baseline: str = BASELINE) -> tuple[list[int], list[int]]:
+    """The seeds whose ERM run learned every structure (pseudo-Dice >= 0.2) within the first half
+    of its epochs, and the others (later, never, or unknown): how tight the budget is for that
+    seed, known from ERM alone.
+
+    >>> runs = pd.DataFrame({"arm": ["ERM"] * 3 + ["X"], "seed": [0, 1, 2, 0], "epochs": [120] * 4,
+    ...                      "all_learned_epoch": [33, 80, None, 5]})
+    >>> learning_split(runs)
+    ([0], [1, 2])
+    """
+    early, late = [], []
+    for _, run in runs[runs["arm"] == baseline].sort_values("seed").iterrows():
+        epoch = run.get("all_learned_epoch")
+        learned = epoch is not None and np.isfinite(float(epoch)) and float(epoch) <= run["epochs"] / 2
+        (early if learned else late).append(int(run["seed"]))
+    return early, late
+
+
+def learning_time_section(per_case: pd.DataFrame, runs: pd.DataFrame, hardest: dict[str, str],
+                          arms: Sequence[str], baseline: str = BASELINE) -> list[str]:
+    """The headline table again, once for the seeds on which ERM learned every structure within
+    the first half of the budget and once for the others (:func:`learning_split`). Drawing hard
+    cases more means fewer draws for what every case still lacks: where ERM itself needs most of
+    the budget, a DRO arm can end less converged than ERM, and the difference then measures
+    convergence more than robustness. Empty without the ERM runs' learning epochs."""
+    if "all_learned_epoch" not in runs:
+        return []
+    lines = ["## By how early ERM learned every structure", "",
+             "The headline table for two sets of seeds, split by ERM alone: the seeds on which ERM's "
+             "pseudo-Dice was >= 0.2 for every structure within the first half of the epochs, and the "
+             "others (later or never: a budget that is tight for that seed). Each run's epoch is in the "
+             "runs table.", ""]
+    for title, seeds in zip(("within the first half", "later or never"), learning_split(runs, baseline)):
+        lines += [f"### ERM learned every structure {title}: seeds {', '.join(map(str, seeds)) or 'none'}", ""]
+        if not seeds:
+            continue
+        part = per_case[per_case["seed"].isin(seeds)]
+        by_seed = summary_by_seed(part)
+        lines += headline_table(summary_over_seeds(by_seed, arms), paired_comparison(part, by_seed),
+                                runs[runs["seed"].isin(seeds)], hardest) + [""]
+    return lines
+
+
 def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFrame, settings: dict,
-                    hardest: dict[str, str], targets: list[str]) -> str:
+                    hardest: dict[str, str], targets: list[str], sections: Sequence[str] = ()) -> str:
     lines = [
         "# Robustness benchmark: ERM vs DRO arms on the synthetic fetal-brain-like cohort",
         "",
@@ -286,22 +329,26 @@ def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFr
         "",
         *headline_table(summary, paired, runs, hardest),
         "",
+        *sections,
         "## Runs: convergence and stability",
         "",
-        "| arm | seed | controls' mean Dice per region | collapsed epochs | lost epochs | train s | DRO beta (last) | "
-        "perplexity/n (mean) | ESS/n (mean) | clipped (mean) | minorities' share of draws | "
-        "minority hardness AUC | busiest case's draws (x uniform) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| arm | seed | controls' mean Dice per region | every structure learned at epoch | collapsed epochs | "
+        "lost epochs | train s | DRO beta (last) | perplexity/n (mean) | ESS/n (mean) | clipped (mean) | "
+        "minorities' share of draws | minority hardness AUC | busiest case's draws (x uniform) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for _, r in runs.iterrows():
         means = ", ".join(f"{k} {v:.1f}" for k, v in (r["control_mean_dice"] or {}).items())
-        lines.append(f"| {r['arm']} | {r['seed']} | {means} | {r['collapsed_epochs']} of {max(0, r['epochs'] - 10)} | "
+        lines.append(f"| {r['arm']} | {r['seed']} | {means} | {_epoch(r.get('all_learned_epoch'))} | "
+                     f"{r['collapsed_epochs']} of {max(0, r['epochs'] - 10)} | "
                      f"{r.get('lost_epochs', '-')} | "
                      f"{r['train_seconds']:.0f} | {_fmt(r.get('dro_beta_last'))} | {_fmt(r.get('dro_perplexity_fraction_mean'))} | "
                      f"{_fmt(r.get('dro_ess_fraction_mean'))} | {_fmt(r.get('dro_clipped_fraction_mean'))} | "
                      f"{_minority_share(r)} | {_fmt(r.get('minority_hardness_auc'))} | "
                      f"{_fmt(r.get('busiest_case_draws'))} |")
     lines += ["", f"(Converged means every region's mean Dice of the controls >= {CONVERGED_DICE:g}; "
+                  "every structure learned at epoch: the first epoch with every structure's pseudo-Dice >= 0.2, "
+                  "'never' if none had; "
                   "collapsed epochs: epochs >= 10 in which some structure's pseudo-Dice was < 0.05, including "
                   "structures not learned yet; lost epochs: epochs in which a structure whose pseudo-Dice had "
                   "reached 0.5 was < 0.05 again; minorities' share of draws: the training draws that went to "
@@ -374,6 +421,19 @@ def _minority_share(run: pd.Series) -> str:
     """:func:`_minority_share_value` as a table cell, e.g. ``0.26``; ``-`` when unknown."""
     share = _minority_share_value(run)
     return "-" if np.isnan(share) else f"{share:.2f}"
+
+
+def _epoch(value) -> str:
+    """An epoch number as a table cell; ``never`` for None / NaN (no epoch qualified).
+
+    >>> _epoch(33.0), _epoch(None), _epoch(float("nan"))
+    ('33', 'never', 'never')
+    """
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "never"
+    return "never" if not np.isfinite(value) else f"{value:.0f}"
 
 
 def _fmt(value) -> str:
@@ -523,6 +583,8 @@ def run(args: argparse.Namespace) -> int:
             summary.update({f"draw_share_{group}": share for group, share in ws.draw_shares(trainer).items()},
                            minority_hardness_auc=ws.minority_hardness_auc(trainer),
                            busiest_case_draws=ws.busiest_case_draws(trainer))
+            if "all_learned_epoch" not in summary:
+                summary["all_learned_epoch"] = ws.all_learned_epoch(trainer)
             say(convergence_line(f"{arm} seed {seed}", summary))
             per_case = per_case.assign(seed=seed, method=arm)
             tables.append(per_case)
@@ -549,7 +611,8 @@ def run(args: argparse.Namespace) -> int:
     write_text_atomic(out / "paired.csv", paired.to_csv(index=False))
     write_text_atomic(out / "runs.csv", runs.drop(columns=["cohort"], errors="ignore").to_csv(index=False))
     write_text_atomic(out / "benchmark.json", json.dumps({**settings, "hardest": hardest}, indent=2, default=str))
-    write_text_atomic(out / "summary.md", markdown_report(summary, paired, runs, settings, hardest, targets))
+    by_time = learning_time_section(per_case, runs, hardest, settings["arms"])
+    write_text_atomic(out / "summary.md", markdown_report(summary, paired, runs, settings, hardest, targets, by_time))
     plot_tradeoff(out / "robustness_tradeoff.png", by_seed, hardest, settings["arms"])
     say("")
     say(terminal_report(summary, paired, targets))

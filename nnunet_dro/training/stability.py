@@ -15,6 +15,9 @@ import numpy as np
 START_EPOCH = 10
 THRESHOLD = 0.05
 LEARNED = 0.5
+#: a structure counts as learned (in :func:`all_learned_epoch`) from this pseudo-Dice on: the ERM
+#: phase of ``nnUNetTrainerDROAdaptive_untilLearned`` uses the same threshold
+ALL_LEARNED = 0.2
 
 
 def collapsed_epochs(dice_per_epoch: Sequence[Sequence[float]], start_epoch: int = START_EPOCH,
@@ -69,6 +72,20 @@ def all_learned(dice: Sequence[float], learned: float = LEARNED) -> bool:
     values = np.asarray(dice, dtype=np.float64).reshape(-1)
     values = values[np.isfinite(values)]
     return bool(values.size) and bool(np.all(values >= learned))
+
+
+def all_learned_epoch(dice_per_epoch: Sequence[Sequence[float]], learned: float = ALL_LEARNED) -> int | None:
+    """The first epoch at whose end every structure's pseudo-Dice was at least ``learned``
+    (:func:`all_learned`); None if no epoch had. How much of the budget a run needed to learn
+    everything: a late epoch means the budget is tight for that run.
+
+    >>> all_learned_epoch([[0.0, 0.0], [0.5, 0.1], [0.6, 0.3], [0.7, 0.1]]), all_learned_epoch([[0.9, 0.0]])
+    (2, None)
+    """
+    for epoch, dice in enumerate(dice_per_epoch):
+        if all_learned(dice, learned):
+            return epoch
+    return None
 
 
 def stability_line(dice_per_epoch: Sequence[Sequence[float]], start_epoch: int = START_EPOCH,

@@ -39,6 +39,7 @@ so their names mean what the evidence tables say:
 Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's
 arguments by name for checkpoints, so subclasses must not define ``__init__(*args, **kwargs)``.
 """
+from nnunet_dro.training.stability import ALL_LEARNED
 from nnunet_dro.training.trainer import nnUNetTrainerConfigurableSGD, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive
 
 
@@ -171,4 +172,4 @@ class nnUNetTrainerDROAdaptive_untilLearned(nnUNetTrainerDROAdaptive):
     never learns it trains exactly as ERM. Why 0.2: in ERM runs of the benchmark's development seeds (0-5)
     every structure passed 0.2 within 0-8 epochs of all having passed 0.05, while 0.5 was never
     reached by one structure (deep grey matter) in a converged ERM run."""
-    dro_uniform_until_learned = 0.2
+    dro_uniform_until_learned = ALL_LEARNED  # 0.2

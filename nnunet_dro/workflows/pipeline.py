@@ -29,7 +29,8 @@ from nnunet_dro.atomic import write_text_atomic
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
 from nnunet_dro.training.budget import EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
-from nnunet_dro.training.stability import LEARNED, START_EPOCH, THRESHOLD, collapsed_epochs, lost_epochs
+from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, START_EPOCH, THRESHOLD, all_learned_epoch,
+                                          collapsed_epochs, lost_epochs)
 from nnunet_dro.weighting.hardness import UNIFORM_BETA
 from nnunet_dro.workflows.ensemble import predict
 from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
@@ -210,6 +211,15 @@ class Workspace:
         total = counts.sum()
         return float(counts.max() * len(counts) / total) if total > 0 else float("nan")
 
+    def all_learned_epoch(self, trainer: str) -> int | None:
+        """The first epoch of the run with every structure's pseudo-Dice >= ``ALL_LEARNED``, read from
+        its final checkpoint's log (for results stored before ``training_summary`` kept it); None
+        if no epoch had, or the run's folder is gone."""
+        checkpoint = self.fold_folder(trainer) / "checkpoint_final.pth"
+        if not checkpoint.is_file():
+            return None
+        return training_summary(checkpoint.parent)["all_learned_epoch"]
+
     def minority_hardness_auc(self, trainer: str) -> float:
         """How well the run's final stale losses single out the minority cases: the probability
         that a random minority case has a higher stale loss than a random control (Mann-Whitney
@@ -279,8 +289,10 @@ def training_summary(fold_dir: Path) -> dict:
     logging = checkpoint.get("logging", {})
     dice = [list(map(float, d)) for d in logging.get("dice_per_class_or_region", [])]
     out = {"epochs": len(dice), "collapsed_epochs": collapsed_epochs(dice), "lost_epochs": lost_epochs(dice),
+           "all_learned_epoch": all_learned_epoch(dice),
            "collapse_rule": f"epochs >= {START_EPOCH} with a pseudo-Dice < {THRESHOLD}",
            "lost_rule": f"epochs with a pseudo-Dice < {THRESHOLD} of a structure that had reached {LEARNED}",
+           "all_learned_rule": f"first epoch with every structure's pseudo-Dice >= {ALL_LEARNED}",
            "final_pseudo_dice": dice[-1] if dice else [],
            "final_train_loss": float(logging.get("train_losses", [np.nan])[-1])}
     history = (checkpoint.get("dro_state") or {}).get("history") or {}

@@ -311,3 +311,66 @@ def test_an_arm_missing_a_seed_does_not_shrink_the_seed_count_of_the_others(benc
     assert paired.loc[("GroupDRO", "spina_bifida"), "n_seeds"] == 2
     row = paired.loc[("Adaptive_f50", "spina_bifida")]
     assert row["d_p10_seeds_up"] == row["n_seeds"] == 3  # what the "better in every seed" target compares
+
+
+def test_docstring_examples_of_the_script_run(bench):
+    import doctest
+
+    result = doctest.testmod(bench, optionflags=doctest.NORMALIZE_WHITESPACE, verbose=False)
+    assert result.attempted >= 4 and result.failed == 0
+
+
+@pytest.mark.parametrize("learned, early, late", [
+    ((20, 20, 20), [0, 1, 2], []),
+    ((20, 21, 41), [0], [1, 2]),        # epoch 20 of 40 is still the first half, 21 is not
+    ((None, 5, float("nan")), [1], [0, 2]),  # never, and unknown, count as late
+    ((39, 40, 39), [], [0, 1, 2]),
+])
+def test_learning_split_goes_by_erm_alone(bench, learned, early, late):
+    runs = _runs().assign(all_learned_epoch=None).astype({"all_learned_epoch": object})
+    for seed, epoch in enumerate(learned):
+        runs.loc[(runs.arm == "ERM") & (runs.seed == seed), "all_learned_epoch"] = epoch
+    # the DRO arm's own epochs must not matter
+    runs.loc[runs.arm != "ERM", "all_learned_epoch"] = 0
+    assert bench.learning_split(runs) == (early, late)
+
+
+def test_learning_time_section_repeats_the_headline_per_set_of_seeds(bench):
+    """Seeds 0-1 early, seed 2 late; the arm lifts the minority tail by 12 on seeds 0-1 only, so
+    the two tables show [++] and a zero [0]."""
+    per_case = _per_case(12.0)
+    late_dro = (per_case.seed == 2) & (per_case.method == "Adaptive_f50")
+    per_case.loc[late_dro, "value"] = per_case.loc[(per_case.seed == 2) & (per_case.method == "ERM"), "value"].to_numpy()
+    runs = _runs().assign(all_learned_epoch=[10, 10, 15, 15, 30, 30])
+    lines = bench.learning_time_section(per_case, runs, {"spina_bifida": "cerebellum"}, ["ERM", "Adaptive_f50"])
+    text = "\n".join(lines)
+    assert "### ERM learned every structure within the first half: seeds 0, 1" in text
+    assert "### ERM learned every structure later or never: seeds 2" in text
+    rows = [line for line in lines if line.startswith("| Adaptive_f50 |")]
+    assert len(rows) == 2 and rows[0].split(" | ")[1] == "2" and "[++]" in rows[0]
+    assert rows[1].split(" | ")[1] == "1" and rows[1].split(" | ")[2].startswith("+0.0")
+    assert bench.learning_time_section(per_case, _runs(), {"spina_bifida": "cerebellum"}, ["ERM"]) == []
+    settings = {"seeds": [0, 1, 2], "arms": ["ERM", "Adaptive_f50"], "cohort": {"n_train": 40, "n_test": 30, "size": 32},
+                "budget": "CPU budget defaults", "device": "cpu", "seconds": 1.0, "runs": "x"}
+    by_seed = bench.summary_by_seed(per_case)
+    report = bench.markdown_report(bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_f50"]),
+                                   bench.paired_comparison(per_case, by_seed), runs, settings,
+                                   {"spina_bifida": "cerebellum"}, [], lines)
+    assert report.index("## By how early ERM") < report.index("## Runs: convergence")
+    assert "| ERM | 2 | control:" not in report and "| ERM | 2 | cerebellum 90.0 | 30 |" in report
+
+
+def test_all_learned_epoch_is_read_from_the_final_checkpoint(tmp_path):
+    """Results stored before the runs table had the column get it from the run's checkpoint log."""
+    import torch
+
+    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+
+    ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
+    folder = ws.fold_folder("Trainer")
+    folder.mkdir(parents=True)
+    dice = [[0.0, 0.0], [0.3, 0.1], [0.3, float("nan")], [0.9, 0.25]]
+    torch.save({"logging": {"dice_per_class_or_region": dice, "train_losses": [1.0] * 4}},
+               folder / "checkpoint_final.pth")
+    assert ws.all_learned_epoch("Trainer") == 2  # a NaN (structure absent) is not held against an epoch
+    assert ws.all_learned_epoch("NeverTrained") is None

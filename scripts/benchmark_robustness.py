@@ -49,6 +49,7 @@ import pandas as pd
 from nnunet_dro.atomic import atomic_path, write_text_atomic
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.stats import holm, paired_wilcoxon
+from nnunet_dro.training.stability import budget_is_tight
 from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, CONVERGED_DICE, GROUP_COLUMN, MAJORITY_GROUP,
                                            MINORITY_GROUPS, Budget, Cohort, Workspace, convergence_line,
                                            progress_filter)
@@ -276,9 +277,7 @@ def learning_split(runs: pd.DataFrame, baseline: str = BASELINE) -> tuple[list[i
     """
     early, late = [], []
     for _, run in runs[runs["arm"] == baseline].sort_values("seed").iterrows():
-        epoch = run.get("all_learned_epoch")
-        learned = epoch is not None and np.isfinite(float(epoch)) and float(epoch) <= run["epochs"] / 2
-        (early if learned else late).append(int(run["seed"]))
+        (late if budget_is_tight(run.get("all_learned_epoch"), int(run["epochs"])) else early).append(int(run["seed"]))
     return early, late
 
 

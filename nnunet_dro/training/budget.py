@@ -29,7 +29,7 @@ import torch
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
-from nnunet_dro.training.stability import pseudo_dice_history, stability_line
+from nnunet_dro.training.stability import learning_time_line, pseudo_dice_history, stability_line
 
 #: Environment variables (nnU-Net style): the seed of a benchmark repetition, and overrides of
 #: the budget (smoke tests and quick looks; the benchmark's figures use the class defaults).
@@ -102,6 +102,11 @@ class CPUBudget:
         super().on_epoch_end()
         if self.local_rank == 0 and not hasattr(self, "case_weighting"):  # DRO trainers log it themselves
             self.print_to_log_file(stability_line(pseudo_dice_history(self)))
+
+    def on_train_end(self):
+        super().on_train_end()
+        if self.local_rank == 0 and not hasattr(self, "case_weighting"):  # DRO trainers log it themselves
+            self.print_to_log_file(learning_time_line(pseudo_dice_history(self), self.num_epochs))
 
     def perform_actual_validation(self, save_probabilities: bool = False):
         if not self.budget_final_validation:

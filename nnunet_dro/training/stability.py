@@ -88,6 +88,37 @@ def all_learned_epoch(dice_per_epoch: Sequence[Sequence[float]], learned: float 
     return None
 
 
+def learning_time_line(dice_per_epoch: Sequence[Sequence[float]], num_epochs: int,
+                       learned: float = ALL_LEARNED) -> str:
+    """One log line at the end of training: when every structure had been learned
+    (:func:`all_learned_epoch`), and that the budget is tight when it took more than half of the
+    ``num_epochs``.
+
+    >>> learning_time_line([[0.1, 0.0], [0.5, 0.3]], 4)
+    "every structure's pseudo-Dice >= 0.2 from epoch 1 of 4"
+    >>> learning_time_line([[0.1, 0.0], [0.1, 0.0], [0.5, 0.3]], 3)
+    "every structure's pseudo-Dice >= 0.2 from epoch 2 of 3: the budget is tight for this run"
+    >>> learning_time_line([[0.1, 0.0]] * 3, 4)
+    "every structure's pseudo-Dice >= 0.2 in no epoch of 4: the budget is tight for this run"
+    """
+    epoch = all_learned_epoch(dice_per_epoch, learned)
+    text = (f"every structure's pseudo-Dice >= {learned:g} "
+            + (f"from epoch {epoch} of {num_epochs}" if epoch is not None else f"in no epoch of {num_epochs}"))
+    return text + (": the budget is tight for this run" if budget_is_tight(epoch, num_epochs) else "")
+
+
+def budget_is_tight(all_learned_at: int | float | None, num_epochs: int) -> bool:
+    """True if every structure was learned only after the first half of ``num_epochs``, or never
+    (None / NaN): the split of the robustness benchmark's seeds.
+
+    >>> budget_is_tight(60, 120), budget_is_tight(61, 120), budget_is_tight(None, 120)
+    (False, True, True)
+    """
+    if all_learned_at is None or not np.isfinite(float(all_learned_at)):
+        return True
+    return float(all_learned_at) > num_epochs / 2
+
+
 def stability_line(dice_per_epoch: Sequence[Sequence[float]], start_epoch: int = START_EPOCH,
                    threshold: float = THRESHOLD) -> str:
     """One log line, e.g. ``stability: 0 of 30 epochs since epoch 10 with a structure's

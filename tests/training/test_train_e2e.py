@@ -71,7 +71,7 @@ def test_label_dataset_train_resume_validate_predict(label_dataset, test_trainer
     shutil.copy(folder / "checkpoint_final.pth", tmp_path / "after_epoch_0.pth")
     log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
     for text in ("DRO: beta 100, perplexity", "effective sample size", "max p", "importance weights",
-                 "DRO: hardest cases:", "DRO stability:"):
+                 "DRO: hardest cases:", "DRO stability:", "DRO: every structure's pseudo-Dice >= 0.2 "):
         assert text in log
     table = check_hardness_report(folder, num_cases)
     assert table["times_drawn"].sum() == 3 * batch_size

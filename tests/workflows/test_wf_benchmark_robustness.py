@@ -340,7 +340,8 @@ def test_learning_time_section_repeats_the_headline_per_set_of_seeds(bench):
     the two tables show [++] and a zero [0]."""
     per_case = _per_case(12.0)
     late_dro = (per_case.seed == 2) & (per_case.method == "Adaptive_f50")
-    per_case.loc[late_dro, "value"] = per_case.loc[(per_case.seed == 2) & (per_case.method == "ERM"), "value"].to_numpy()
+    late_erm = (per_case.seed == 2) & (per_case.method == "ERM")
+    per_case.loc[late_dro, "value"] = per_case.loc[late_erm, "value"].to_numpy()
     runs = _runs().assign(all_learned_epoch=[10, 10, 15, 15, 30, 30])
     lines = bench.learning_time_section(per_case, runs, {"spina_bifida": "cerebellum"}, ["ERM", "Adaptive_f50"])
     text = "\n".join(lines)

@@ -22,6 +22,15 @@ def test_demo_runs_the_whole_pipeline_and_reuses_finished_steps(tmp_path):
     assert "| group | method | region |" in done.stdout  # the stratified table
     assert "Hardest training cases for DRO" in done.stdout
     assert "Convergence and stability of each run" in done.stdout and "controls' mean Dice" in done.stdout
+    # one epoch learns nothing: both runs report the budget as tight, in the summary and in their logs
+    assert done.stdout.count("every structure >= 0.2 in no epoch (tight budget)") == 2
+    logs = {p.parent.parent.name.split("__")[0]: p.read_text()
+            for p in (out / "nnunet" / "nnUNet_results").rglob("training_log_*.txt")}
+    assert len(logs) == 2
+    for trainer, log in logs.items():
+        line = "every structure's pseudo-Dice >= 0.2 in no epoch of 1: the budget is tight for this run"
+        assert line in log
+        assert ("consider more epochs" in log) == ("DRO" in trainer)  # only DRO trainers give the advice
     summary = pd.read_csv(out / "evaluation" / "summary.csv")
     assert set(summary["method"]) == {"ERM", "DRO"}
     assert set(summary["region"]) == {"white_matter", "intra_axial_csf", "cerebellum"}

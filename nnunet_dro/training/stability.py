@@ -89,10 +89,10 @@ def all_learned_epoch(dice_per_epoch: Sequence[Sequence[float]], learned: float 
 
 
 def learning_time_line(dice_per_epoch: Sequence[Sequence[float]], num_epochs: int,
-                       learned: float = ALL_LEARNED) -> str:
+                       learned: float = ALL_LEARNED, advice: str = "") -> str:
     """One log line at the end of training: when every structure had been learned
     (:func:`all_learned_epoch`), and that the budget is tight when it took more than half of the
-    ``num_epochs``.
+    ``num_epochs``, followed by ``advice`` if given.
 
     >>> learning_time_line([[0.1, 0.0], [0.5, 0.3]], 4)
     "every structure's pseudo-Dice >= 0.2 from epoch 1 of 4"
@@ -100,11 +100,15 @@ def learning_time_line(dice_per_epoch: Sequence[Sequence[float]], num_epochs: in
     "every structure's pseudo-Dice >= 0.2 from epoch 2 of 3: the budget is tight for this run"
     >>> learning_time_line([[0.1, 0.0]] * 3, 4)
     "every structure's pseudo-Dice >= 0.2 in no epoch of 4: the budget is tight for this run"
+    >>> learning_time_line([[0.1, 0.0]] * 3, 4, advice="train longer")
+    "every structure's pseudo-Dice >= 0.2 in no epoch of 4: the budget is tight for this run; train longer"
     """
     epoch = all_learned_epoch(dice_per_epoch, learned)
     text = (f"every structure's pseudo-Dice >= {learned:g} "
             + (f"from epoch {epoch} of {num_epochs}" if epoch is not None else f"in no epoch of {num_epochs}"))
-    return text + (": the budget is tight for this run" if budget_is_tight(epoch, num_epochs) else "")
+    if not budget_is_tight(epoch, num_epochs):
+        return text
+    return text + ": the budget is tight for this run" + (f"; {advice}" if advice else "")
 
 
 def budget_is_tight(all_learned_at: int | float | None, num_epochs: int) -> bool:

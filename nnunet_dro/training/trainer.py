@@ -62,8 +62,7 @@ from nnunet_dro.training.hardness_report import (GROUPS_CSV, HARDNESS_CSV, PROGR
 from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloaders, checkpoint_contents,
                                                read_checkpoint, save_checkpoint_atomic)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
-from nnunet_dro.training.stability import (all_learned, all_learned_epoch, budget_is_tight, learning_time_line,
-                                          pseudo_dice_history, stability_line)
+from nnunet_dro.training.stability import all_learned, learning_time_line, pseudo_dice_history, stability_line
 from nnunet_dro.weighting import (AdaptiveHardnessWeighting, CaseWeighting, Chi2HardnessWeighting, FixedWeighting,
                                   GroupBalancedWeighting, GroupDROWeighting, HardnessWeighting, ImportanceWeights,
                                   KLReweighting)
@@ -431,14 +430,12 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     def on_train_end(self):
         super().on_train_end()  # saves checkpoint_final.pth (with dro_state), stops the workers
         if self.local_rank == 0:
-            history = pseudo_dice_history(self)
-            line = learning_time_line(history, self.num_epochs)
-            if budget_is_tight(all_learned_epoch(history), self.num_epochs):
-                # the robustness benchmark's finding (docs/evidence.md): the gains held on the seeds
-                # whose ERM learned everything within the first half of the budget, not on the others
-                line += ("; robust weighting draws hard cases more and so leaves fewer draws for what every "
-                         "case still lacks: consider more epochs")
-            self.print_to_log_file("DRO: " + line)
+            # the robustness benchmark's finding (docs/evidence.md): the gains held on the seeds whose
+            # ERM learned everything within the first half of the budget, not on the others
+            self.print_to_log_file("DRO: " + learning_time_line(
+                pseudo_dice_history(self), self.num_epochs,
+                advice="robust weighting draws hard cases more and so leaves fewer draws for what every case "
+                       "still lacks: consider more epochs"))
         self.write_hardness_report()
         if self.case_weighting is not None:
             # keep the final state for any later save_checkpoint; release the shared memory

@@ -57,8 +57,9 @@ from nnunet_dro.training.case_tables import (CASE_WEIGHTS_ENV, CASE_WEIGHTS_FILE
                                              SUBGROUPS_ENV, SUBGROUPS_FILENAME, find_case_table, read_case_groups,
                                              read_case_weights)
 from nnunet_dro.training.dataloading import nnUNetDataLoaderDRO
-from nnunet_dro.training.hardness_report import (GROUPS_CSV, HARDNESS_CSV, PROGRESS_PNG, group_table, hardness_table,
-                                                 plot_dro_progress, write_group_csv, write_hardness_csv)
+from nnunet_dro.training.hardness_report import (GROUPS_CSV, HARDNESS_CSV, PROGRESS_PNG, RedrawPacer, group_table,
+                                                 hardness_table, plot_dro_progress, write_group_csv,
+                                                 write_hardness_csv)
 from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloaders, checkpoint_contents,
                                                read_checkpoint, save_checkpoint_atomic)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
@@ -234,6 +235,9 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     dro_group_eta: float = 0.01
     dro_num_hardest_logged: int = 5
     dro_write_report_every_epoch: bool = True
+    #: dro_progress.png is redrawn after an epoch only while drawing it takes at most this fraction of
+    #: the wall time (0.3-0.8 s a drawing; 1.0: nearly every epoch); always at the end of training
+    dro_progress_time_fraction: float = 0.01
     reweight_schedule: Tuple[Tuple[float, float], ...] = ((0.0, 1.0), (1 / 3, 0.1), (2 / 3, 0.03))
     reweight_momentum: float = 0.5
     reweight_clip: Optional[Tuple[float, float]] = None
@@ -247,6 +251,10 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         self.per_sample_loss: Optional[nn.Module] = None
         self._dro_history: Dict[str, list] = {k: [] for k in HISTORY_KEYS}
         self._dro_final_state: Optional[Dict[str, Any]] = None
+        try:
+            self._dro_progress_pacer = RedrawPacer(self.dro_progress_time_fraction)
+        except ValueError as e:
+            raise RuntimeError(f"{type(self).__name__}.dro_progress_time_fraction: {e}") from None
 
     # ------------------------------------------------------------------ set-up
     @property
@@ -425,7 +433,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             self.print_to_log_file("DRO " + stability_line(history))
         self._release_when_learned(history)
         if self.dro_write_report_every_epoch:
-            self.write_hardness_report()
+            self.write_hardness_report(redraw_now=False)
 
     def on_train_end(self):
         super().on_train_end()  # saves checkpoint_final.pth (with dro_state), stops the workers
@@ -454,8 +462,9 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             self.print_to_log_file(f"DRO: every structure's pseudo-Dice >= {float(threshold):g} at epoch "
                                    f"{self.current_epoch - 1}: robust weighting from epoch {self.current_epoch} on")
 
-    def write_hardness_report(self) -> None:
-        """Write ``dro_hardness.csv`` and ``dro_progress.png`` to the fold folder (rank 0 only)."""
+    def write_hardness_report(self, redraw_now: bool = True) -> None:
+        """Write ``dro_hardness.csv`` and ``dro_progress.png`` to the fold folder (rank 0 only); with
+        ``redraw_now=False`` the png only when ``dro_progress_time_fraction`` allows it."""
         if self.local_rank != 0 or self.case_weighting is None:
             return
         w = self.case_weighting
@@ -466,7 +475,10 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         if groups is not None:
             q = w.group_weights() if hasattr(w, "group_weights") else None
             write_group_csv(join(self.output_folder, GROUPS_CSV), group_table(table, q))
-        plot_dro_progress(join(self.output_folder, PROGRESS_PNG), self._dro_history, len(self.dro_case_ids))
+        self._dro_progress_pacer.draw(
+            lambda: plot_dro_progress(join(self.output_folder, PROGRESS_PNG), self._dro_history,
+                                      len(self.dro_case_ids)),
+            force=redraw_now)
 
     # ------------------------------------------------------------------ checkpoint
     def _dro_state(self) -> Optional[Dict[str, Any]]:

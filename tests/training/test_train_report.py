@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nnunet_dro.training.hardness_report import hardness_table, plot_dro_progress, write_hardness_csv
+from nnunet_dro.training.hardness_report import RedrawPacer, hardness_table, plot_dro_progress, write_hardness_csv
 
 
 def test_csv_has_one_row_per_case_hardest_first_and_round_trips(tmp_path):
@@ -51,3 +51,45 @@ def test_progress_png_plots_the_adaptive_statistics(tmp_path):
     path = tmp_path / "dro_progress.png"
     plot_dro_progress(path, history, num_cases=4)
     assert path.stat().st_size > 10_000
+
+
+class FakeClock:
+    """A clock the test moves by hand; ``draw_seconds`` pass during each redraw."""
+
+    def __init__(self, draw_seconds: float):
+        self.now, self.draw_seconds = 0.0, draw_seconds
+
+    def __call__(self) -> float:
+        return self.now
+
+    def redraw(self) -> None:
+        self.now += self.draw_seconds
+
+
+@pytest.mark.parametrize("fraction, draw_seconds, asks_at, expected", [
+    (0.01, 0.5, [0, 10, 49.9, 50, 60], [True, False, False, True, False]),  # next one at 50 s
+    (0.01, 0.0, [0, 0, 0], [True, True, True]),  # a free redraw is always due
+    (1.0, 0.5, [0, 0, 0], [True, True, True]),  # budget 100 %: back to back
+    (0.5, 2.0, [0, 3, 4, 7.9, 8], [True, False, True, False, True]),  # 2 s drawings every 4 s
+], ids=["one-percent", "free-redraw", "whole-budget", "half-budget"])
+def test_redraw_pacer_keeps_drawing_within_its_fraction_of_the_wall_time(fraction, draw_seconds, asks_at, expected):
+    clock = FakeClock(draw_seconds)
+    pacer = RedrawPacer(fraction, clock=clock)
+    drawn = []
+    for t in asks_at:
+        clock.now = max(clock.now, float(t))
+        drawn.append(pacer.draw(clock.redraw))
+    assert drawn == expected
+
+
+def test_redraw_pacer_draws_when_forced():
+    clock = FakeClock(10.0)
+    pacer = RedrawPacer(0.01, clock=clock)
+    assert pacer.draw(clock.redraw) and not pacer.draw(clock.redraw)
+    assert pacer.draw(clock.redraw, force=True)
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.1, 1.5, math.nan], ids=["zero", "negative", "above-one", "nan"])
+def test_redraw_pacer_refuses_a_fraction_outside_zero_one(fraction):
+    with pytest.raises(ValueError, match="fraction must be in \\(0, 1\\]"):
+        RedrawPacer(fraction)

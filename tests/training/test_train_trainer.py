@@ -3,6 +3,7 @@ the checkpoint carries 'dro_state' and --c restores it in load_checkpoint (befor
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 
@@ -251,3 +252,32 @@ def test_erm_phase_attributes_on_a_non_adaptive_scheme_stop_the_start(label_data
     with pytest.raises(RuntimeError, match=rf"^{cls.__name__}\.{attribute} = .* only acts with dro_scheme "
                                            rf"'kl_adaptive', not '{scheme}'; [^\n]*$"):
         make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=cls)
+
+
+def test_progress_png_is_paced_after_epochs_and_drawn_at_the_end(label_dataset, monkeypatch):
+    """After an epoch the csv is rewritten and the png only when its time budget allows (the first
+    time, then not again within 1 % of the drawing's cost); the end of training always redraws."""
+    trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0)
+    try:
+        folder = trainer.output_folder
+        csv, png = f"{folder}/dro_hardness.csv", f"{folder}/dro_progress.png"
+        trainer.write_hardness_report(redraw_now=False)
+        assert os.path.isfile(csv) and os.path.isfile(png)
+        os.remove(csv)
+        os.remove(png)
+        trainer.write_hardness_report(redraw_now=False)  # a drawing of ~0.3 s is not due again for ~30 s
+        assert os.path.isfile(csv) and not os.path.exists(png)
+        trainer.write_hardness_report()
+        assert os.path.isfile(png)
+    finally:
+        trainer._close_case_weighting()
+
+
+class _BadProgressFraction(nnUNetTrainerDRO):
+    dro_progress_time_fraction = 0.0
+
+
+def test_a_progress_fraction_outside_zero_one_stops_the_start(label_dataset, monkeypatch):
+    with pytest.raises(RuntimeError, match=r"^_BadProgressFraction\.dro_progress_time_fraction: fraction must be in "
+                                           r"\(0, 1\], got 0\.0$"):
+        make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=_BadProgressFraction)

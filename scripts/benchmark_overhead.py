@@ -5,7 +5,9 @@ are timed alternately (which one goes first alternates too), so machine load aff
 alike. Timed: ``train_step(batch)`` (forward, loss, backward, optimiser step, and for DRO the
 per-sample loss, importance weights and sampler update). Batches come from each trainer's own
 loader in the main process (``nnUNet_n_proc_DA=0``) and are fetched outside the timed region;
-the sampler draw that DRO adds to the loader is timed separately.
+the sampler draw that DRO adds to the loader is timed separately, and so is what a DRO trainer
+adds at the end of each epoch (statistics and log lines, ``dro_hardness.csv``, the paced
+``dro_progress.png``), turned into a per-epoch ratio for nnU-Net's epoch of 250 iterations.
 
     python scripts/benchmark_overhead.py                 # synthetic 8 cases of 32^3, preprocessed in a tmp folder
     python scripts/benchmark_overhead.py -d 4 -n 40      # an existing dataset under $nnUNet_preprocessed
@@ -103,6 +105,23 @@ def time_loss_only(erm, dro, repeats: int):
     return erm_times, dro_times
 
 
+def time_epoch_additions(dro, repeats: int = 5) -> tuple[float, float, float]:
+    """Median seconds a DRO trainer adds at an epoch's end: the epoch statistics and their log
+    lines, the csv alone (the png not due) and the csv with a png drawing (forced)."""
+    stats_times, csv_times, both_times = [], [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        dro._record_and_log_dro_statistics()
+        stats_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        dro.write_hardness_report(redraw_now=True)
+        both_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        dro.write_hardness_report(redraw_now=False)  # right after a drawing: the png is not due
+        csv_times.append(time.perf_counter() - start)
+    return statistics.median(stats_times), statistics.median(csv_times), statistics.median(both_times)
+
+
 def time_beta_solve(sizes=(100, 1_000, 10_000, 100_000), fraction: float = 0.5) -> None:
     """Cost of one scale-free beta solve and its amortised cost per update."""
     from nnunet_dro.sampling.temperature import solve_beta_for_perplexity
@@ -191,7 +210,7 @@ def main(argv=None) -> int:
         print(f"  ratio {name}/ERM (median iteration time): {medians[name] / erm:.4f}, median of paired ratios "
               f"(robust to load drift) {np.median(paired):.4f}  (target <= 1.02)")
         if hasattr(trainers[name], "case_weighting"):
-            print_case_weighting_figures(name, trainers, args.n)
+            print_case_weighting_figures(name, trainers, args.n, medians)
     time_beta_solve()
     for trainer in trainers.values():
         if hasattr(trainer, "_close_case_weighting"):
@@ -201,8 +220,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_case_weighting_figures(name, trainers, n) -> None:
-    """Loss-only cost and draw time of a case-weighting trainer."""
+def print_case_weighting_figures(name, trainers, n, medians=None) -> None:
+    """Loss-only cost and draw time of a case-weighting trainer; with the iteration ``medians``,
+    its end-of-epoch additions and the per-epoch ratio."""
     erm = trainers["ERM nnUNetTrainer"]
     dro = trainers[name]
     erm_loss, dro_loss = (statistics.median(v) for v in time_loss_only(erm, dro, n))
@@ -214,6 +234,25 @@ def print_case_weighting_figures(name, trainers, n) -> None:
     print(f"    loss only, same network output: nnU-Net loss {1e3 * erm_loss:.2f} ms, per-sample loss + weights + "
           f"update {1e3 * dro_loss:.2f} ms; draw of one batch (in the DA workers) "
           f"{1e6 * statistics.median(draws):.1f} us")
+    if medians is not None and hasattr(dro, "write_hardness_report"):
+        print_epoch_figures(dro, medians[name], medians["ERM nnUNetTrainer"])
+
+
+def print_epoch_figures(dro, dro_iteration: float, erm_iteration: float, iterations: int = 250) -> None:
+    """The end-of-epoch additions and the per-epoch ratio they give with nnU-Net's 250 iterations:
+    the png costs at most ``dro_progress_time_fraction`` of the wall time (its pacer), so per epoch
+    the smaller of one drawing and that fraction of the epoch."""
+    stats_cost, csv_cost, with_png = time_epoch_additions(dro)
+    png_cost = max(0.0, with_png - csv_cost)
+    epoch = iterations * dro_iteration
+    png_per_epoch = min(png_cost, dro.dro_progress_time_fraction * epoch)
+    additions = stats_cost + csv_cost + png_per_epoch
+    erm_epoch = iterations * erm_iteration
+    print(f"    end of epoch: statistics + log {1e3 * stats_cost:.1f} ms, dro_hardness.csv {1e3 * csv_cost:.1f} ms, "
+          f"dro_progress.png {1e3 * png_cost:.0f} ms a drawing -> {1e3 * png_per_epoch:.0f} ms per epoch at "
+          f"{dro.dro_progress_time_fraction:g} of the wall time; per epoch of {iterations} iterations: the "
+          f"additions alone {1 + additions / erm_epoch:.4f} x ERM, with these iteration medians "
+          f"{(epoch + additions) / erm_epoch:.4f} x ERM")
 
 
 if __name__ == "__main__":

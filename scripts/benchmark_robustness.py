@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from nnunet_dro.atomic import atomic_path, write_text_atomic
+from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.stats import holm, paired_wilcoxon
 from nnunet_dro.training.stability import budget_is_tight
@@ -505,6 +506,29 @@ def plot_tradeoff(path: Path, by_seed: pd.DataFrame, hardest: dict[str, str], ar
         plt.close(fig)
 
 
+# ---------------------------------------------------------------------------------------- record
+def record_files(ws: Workspace, arm: str) -> list[Path]:
+    """The files of a finished (seed, arm) that ``--report-only`` reads: the cohort settings, the
+    subgroup table, the arm's result and per-case Dice, and its hardness report if it has one."""
+    trainer = ws.load(arm)[0].get("trainer", ARM_TRAINERS[arm])
+    files = [ws.folder / "cohort.json", ws.raw / SUBGROUPS_FILENAME, ws.arm_folder(arm) / "result.json",
+             ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer)]
+    return [f for f in files if f.is_file()]
+
+
+def export_record(ws: Workspace, arm: str, destination: Path) -> int:
+    """Copy :func:`record_files` to the same place under ``destination / runs / seed_<s>``, each
+    atomically; return how many were copied."""
+    files = record_files(ws, arm)
+    target = destination / "runs" / ws.folder.name
+    for source in files:
+        path = target / source.relative_to(ws.folder)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            shutil.copyfile(source, tmp)
+    return len(files)
+
+
 # ---------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -529,6 +553,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="train nothing: make the tables from the stored results of the requested seeds/arms")
     parser.add_argument("--overwrite", action="store_true",
                         help="delete the run folders of the requested seeds first and start again")
+    parser.add_argument("--export-record", metavar="DIR", default=None,
+                        help="also copy the few small files of each finished (seed, arm) that the tables are made "
+                             "from (results, per-case Dice, subgroups, hardness reports: kilobytes, not the "
+                             "run folders' gigabytes) to DIR, so that '--report-only -o DIR' re-makes them")
     return parser
 
 
@@ -552,6 +580,9 @@ def run(args: argparse.Namespace) -> int:
     budget = Budget(args.epochs, args.iterations)
     out = Path(args.output).resolve()
     runs_folder = out / "runs"
+    record = None if args.export_record is None else Path(args.export_record).resolve()
+    if record is not None and record == out:
+        raise UserError(f"--export-record {args.export_record}: must be another folder than -o {args.output}")
     if args.overwrite and not args.report_only:
         for seed in seeds:
             shutil.rmtree(runs_folder / f"seed_{seed}", ignore_errors=True)
@@ -585,6 +616,8 @@ def run(args: argparse.Namespace) -> int:
             if "all_learned_epoch" not in summary:
                 summary["all_learned_epoch"] = ws.all_learned_epoch(trainer)
             say(convergence_line(f"{arm} seed {seed}", summary))
+            if record is not None:
+                export_record(ws, arm, record)
             per_case = per_case.assign(seed=seed, method=arm)
             tables.append(per_case)
             run_rows.append(summary)

@@ -164,6 +164,10 @@ class Workspace:
         return (Path(self.env["nnUNet_results"]) / self.raw.name / f"{trainer}__nnUNetPlans__{CONFIGURATION}"
                 / f"fold_{FOLD}")
 
+    def hardness_report_file(self, trainer: str) -> Path:
+        """Where a case-weighting trainer's run keeps its ``dro_hardness.csv``."""
+        return self.fold_folder(trainer) / "dro_hardness.csv"
+
     def finished(self, arm: str) -> bool:
         folder = self.arm_folder(arm)
         return (folder / "result.json").is_file() and (folder / "per_case.csv").is_file()
@@ -179,7 +183,7 @@ class Workspace:
 
     def _hardness_report(self, trainer: str) -> pd.DataFrame | None:
         """The run's ``dro_hardness.csv`` joined with the training cases' groups, if it has one."""
-        report = self.fold_folder(trainer) / "dro_hardness.csv"
+        report = self.hardness_report_file(trainer)
         if not report.is_file():
             return None
         table = pd.read_csv(report, dtype={"case": str}).drop(columns=[GROUP_COLUMN, "group"], errors="ignore")

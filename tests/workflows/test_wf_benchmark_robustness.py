@@ -8,6 +8,7 @@ make-synthetic -> plan -> train -> predict -> evaluate (the same pipeline module
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -375,3 +376,68 @@ def test_all_learned_epoch_is_read_from_the_final_checkpoint(tmp_path):
                folder / "checkpoint_final.pth")
     assert ws.all_learned_epoch("Trainer") == 2  # a NaN (structure absent) is not held against an epoch
     assert ws.all_learned_epoch("NeverTrained") is None
+
+
+def _stored_seed(root: Path, seed: int, arms: dict) -> None:
+    """A finished seed as the benchmark leaves it, without the gigabytes: cohort settings, the
+    subgroup table, and per arm its result, per-case Dice and (case-weighting arms) hardness report."""
+    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+
+    ws = Workspace(root / "runs" / f"seed_{seed}", 991, "SyntheticFetalBenchmark", Cohort(seed=seed),
+                   echo=lambda text: None)
+    groups = ["control"] * 8 + ["spina_bifida", "other"]
+    ws.raw.mkdir(parents=True)
+    (ws.raw / "subgroups.tsv").write_text("case\tcondition\tsplit\n" + "".join(
+        f"c{i}\t{g}\ttrain\n" for i, g in enumerate(groups)))
+    rng = np.random.default_rng(seed)
+    for arm, (trainer, lift) in arms.items():
+        rows = [dict(method=arm, case=f"t{k}", region=region, metric="dice", note="",
+                     value=min(100.0, centre + rng.normal(0, 4) + (lift if group != "control" else 0.0)),
+                     condition=group)
+                for k, group in enumerate(["control"] * 6 + ["spina_bifida"] * 6 + ["other"] * 6)
+                for region, centre in (("white_matter", 95.0), ("intra_axial_csf", 85.0), ("cerebellum", 80.0))]
+        ws.arm_folder(arm).mkdir(parents=True)
+        pd.DataFrame(rows).to_csv(ws.arm_folder(arm) / "per_case.csv", index=False)
+        summary = {"arm": arm, "trainer": trainer, "seed": seed, "budget": {"epochs": None, "iterations_per_epoch": None},
+                   "train_seconds": 1500.0, "epochs": 120, "collapsed_epochs": 20, "lost_epochs": 0,
+                   "all_learned_epoch": 40, "control_mean_dice": {"white_matter": 95.0, "intra_axial_csf": 85.0,
+                                                                  "cerebellum": 80.0}}
+        (ws.arm_folder(arm) / "result.json").write_text(json.dumps(summary))
+        if lift:
+            ws.fold_folder(trainer).mkdir(parents=True)
+            pd.DataFrame({"case": [f"c{i}" for i in range(10)], "stale_loss": np.linspace(0.1, 0.9, 10),
+                          "probability": 0.1, "times_drawn": [5] * 8 + [30, 20]}).to_csv(
+                ws.hardness_report_file(trainer), index=False)
+
+
+def test_export_record_keeps_what_the_tables_are_made_from(bench, tmp_path):
+    """--export-record copies kilobytes per run; --report-only on the record re-makes the same tables
+    (the per-group statistics, the paired differences, the DRO arm's share of draws)."""
+    runs, record = tmp_path / "results", tmp_path / "record"
+    arms = {"ERM": ("nnUNetTrainer_CPUBudget", 0.0), "Adaptive_f50_noIS_cap5": ("DROTrainer", 6.0)}
+    for seed in (3, 4):
+        _stored_seed(runs, seed, arms)
+    common = ["--seeds", "3,4", "--arms", ",".join(arms), "--report-only"]
+    assert bench.main(common + ["-o", str(runs), "--export-record", str(record)]) == 0
+    copied = sorted(str(p.relative_to(record)) for p in record.rglob("*") if p.is_file())
+    hardness = ("runs/seed_{s}/nnunet/nnUNet_results/Dataset991_SyntheticFetalBenchmark/"
+                "DROTrainer__nnUNetPlans__3d_fullres/fold_all/dro_hardness.csv")
+    assert copied == sorted(
+        f.format(s=s) for s in (3, 4) for f in
+        ["runs/seed_{s}/cohort.json", "runs/seed_{s}/nnunet/nnUNet_raw/Dataset991_SyntheticFetalBenchmark/subgroups.tsv",
+         "runs/seed_{s}/arms/ERM/result.json", "runs/seed_{s}/arms/ERM/per_case.csv",
+         "runs/seed_{s}/arms/Adaptive_f50_noIS_cap5/result.json",
+         "runs/seed_{s}/arms/Adaptive_f50_noIS_cap5/per_case.csv", hardness])
+
+    assert bench.main(common + ["-o", str(record)]) == 0
+    for table in ("summary.csv", "paired.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(record / table), pd.read_csv(runs / table))
+    from_runs, from_record = (pd.read_csv(folder / "runs.csv").set_index(["arm", "seed"]) for folder in (runs, record))
+    dro = ("Adaptive_f50_noIS_cap5", 3)
+    assert from_record.loc[dro, "draw_share_spina_bifida"] == pytest.approx(30 / 90)  # 8 controls x 5 + 30 + 20 draws
+    assert from_record.loc[dro, "draw_share_spina_bifida"] == from_runs.loc[dro, "draw_share_spina_bifida"]
+
+
+def test_export_record_into_the_output_folder_is_refused(bench, tmp_path, capsys):
+    code = bench.main(["--seeds", "1", "--report-only", "-o", str(tmp_path), "--export-record", str(tmp_path)])
+    assert code == 2 and "--export-record" in capsys.readouterr().err

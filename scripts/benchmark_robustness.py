@@ -195,9 +195,12 @@ def paired_comparison(per_case: pd.DataFrame, by_seed: pd.DataFrame, baseline: s
                            pooled_share_improved=float((difference > 0).mean()) if difference.size else np.nan,
                            pooled_wilcoxon_p=paired_wilcoxon(a, b))
                 rows.append(row)
-    table = pd.DataFrame(rows)
-    if len(table):
-        table["pooled_holm_p"] = holm(table["pooled_wilcoxon_p"].tolist())
+    # ERM alone (e.g. to see which seeds have a tight budget before running DRO): no rows, same columns
+    columns = (["method", "group", "region", "n_seeds"]
+               + [f"d_{s}{suffix}" for s in STATISTICS for suffix in ("", "_sd", "_seeds_up", "_signs")]
+               + ["pooled_n", "pooled_mean", "pooled_share_improved", "pooled_wilcoxon_p"])
+    table = pd.DataFrame(rows, columns=columns)
+    table["pooled_holm_p"] = holm(table["pooled_wilcoxon_p"].tolist()) if len(table) else []
     return table
 
 

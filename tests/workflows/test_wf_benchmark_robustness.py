@@ -441,3 +441,14 @@ def test_export_record_keeps_what_the_tables_are_made_from(bench, tmp_path):
 def test_export_record_into_the_output_folder_is_refused(bench, tmp_path, capsys):
     code = bench.main(["--seeds", "1", "--report-only", "-o", str(tmp_path), "--export-record", str(tmp_path)])
     assert code == 2 and "--export-record" in capsys.readouterr().err
+
+
+def test_erm_alone_reports_its_tables_and_no_comparison(bench, tmp_path, capsys):
+    """ERM alone (to see which seeds have a tight budget before any DRO run) reports its own
+    statistics; the paired table is empty with its columns (was: KeyError 'method')."""
+    _stored_seed(tmp_path, 5, {"ERM": ("nnUNetTrainer_CPUBudget", 0.0)})
+    assert bench.main(["--seeds", "5,", "--arms", "ERM", "--report-only", "-o", str(tmp_path)]) == 0
+    paired = pd.read_csv(tmp_path / "paired.csv")
+    assert len(paired) == 0 and {"method", "d_p10", "pooled_holm_p"} <= set(paired.columns)
+    assert len(pd.read_csv(tmp_path / "summary.csv").query("method == 'ERM'")) == 12  # 4 groups x 3 regions
+    assert "every structure >= 0.2 from epoch 40" in capsys.readouterr().out

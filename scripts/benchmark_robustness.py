@@ -541,7 +541,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a list 0,1,2 (one seed alone: 2,). Default: 3")
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                         help=f"comma-separated arms among {', '.join(ARM_TRAINERS)}. Default: {','.join(DEFAULT_ARMS)}")
-    parser.add_argument("--epochs", type=int, default=None, help="override the budget's epochs (smoke runs only)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="override the budget's 120 epochs (1 for smoke runs; 240 leaves few seeds with a tight "
+                             "budget, at twice the time)")
     parser.add_argument("--iterations", type=int, default=None,
                         help="override the budget's iterations per epoch (smoke runs only)")
     parser.add_argument("--n-train", type=int, default=Cohort.n_train,

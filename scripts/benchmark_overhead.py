@@ -220,9 +220,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def print_case_weighting_figures(name, trainers, n, medians=None) -> None:
-    """Loss-only cost and draw time of a case-weighting trainer; with the iteration ``medians``,
-    its end-of-epoch additions and the per-epoch ratio."""
+def print_case_weighting_figures(name, trainers, n, medians) -> None:
+    """Loss-only cost and draw time of a case-weighting trainer, its end-of-epoch additions and the
+    per-epoch ratio they give with the iteration ``medians``."""
     erm = trainers["ERM nnUNetTrainer"]
     dro = trainers[name]
     erm_loss, dro_loss = (statistics.median(v) for v in time_loss_only(erm, dro, n))
@@ -234,8 +234,7 @@ def print_case_weighting_figures(name, trainers, n, medians=None) -> None:
     print(f"    loss only, same network output: nnU-Net loss {1e3 * erm_loss:.2f} ms, per-sample loss + weights + "
           f"update {1e3 * dro_loss:.2f} ms; draw of one batch (in the DA workers) "
           f"{1e6 * statistics.median(draws):.1f} us")
-    if medians is not None and hasattr(dro, "write_hardness_report"):
-        print_epoch_figures(dro, medians[name], medians["ERM nnUNetTrainer"])
+    print_epoch_figures(dro, medians[name], medians["ERM nnUNetTrainer"])
 
 
 def print_epoch_figures(dro, dro_iteration: float, erm_iteration: float, iterations: int = 250) -> None:

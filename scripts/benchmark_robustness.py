@@ -510,19 +510,19 @@ def plot_tradeoff(path: Path, by_seed: pd.DataFrame, hardest: dict[str, str], ar
 
 
 # ---------------------------------------------------------------------------------------- record
-def record_files(ws: Workspace, arm: str) -> list[Path]:
-    """The files of a finished (seed, arm) that ``--report-only`` reads: the cohort settings, the
-    subgroup table, the arm's result and per-case Dice, and its hardness report if it has one."""
-    trainer = ws.load(arm)[0].get("trainer", ARM_TRAINERS[arm])
+def record_files(ws: Workspace, arm: str, trainer: str) -> list[Path]:
+    """The files of a finished (seed, arm) trained by ``trainer`` that ``--report-only`` reads: the
+    cohort settings, the subgroup table, the arm's result and per-case Dice, and its hardness report
+    if it has one."""
     files = [ws.folder / "cohort.json", ws.raw / SUBGROUPS_FILENAME, ws.arm_folder(arm) / "result.json",
              ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer)]
     return [f for f in files if f.is_file()]
 
 
-def export_record(ws: Workspace, arm: str, destination: Path) -> int:
+def export_record(ws: Workspace, arm: str, trainer: str, destination: Path) -> int:
     """Copy :func:`record_files` to the same place under ``destination / runs / seed_<s>``, each
     atomically; return how many were copied."""
-    files = record_files(ws, arm)
+    files = record_files(ws, arm, trainer)
     target = destination / "runs" / ws.folder.name
     for source in files:
         path = target / source.relative_to(ws.folder)
@@ -622,7 +622,7 @@ def run(args: argparse.Namespace) -> int:
                 summary["all_learned_epoch"] = ws.all_learned_epoch(trainer)
             say(convergence_line(f"{arm} seed {seed}", summary))
             if record is not None:
-                export_record(ws, arm, record)
+                export_record(ws, arm, trainer, record)
             per_case = per_case.assign(seed=seed, method=arm)
             tables.append(per_case)
             run_rows.append(summary)

@@ -90,25 +90,36 @@ def all_learned_epoch(dice_per_epoch: Sequence[Sequence[float]], learned: float 
 
 def learning_time_line(dice_per_epoch: Sequence[Sequence[float]], num_epochs: int,
                        learned: float = ALL_LEARNED, advice: str = "") -> str:
-    """One log line at the end of training: when every structure had been learned
-    (:func:`all_learned_epoch`), and that the budget is tight when it took more than half of the
-    ``num_epochs``, followed by ``advice`` if given.
+    """One log line at the end of training: :func:`learning_time_text` of the epoch from which
+    every structure had been learned (:func:`all_learned_epoch`), followed by ``advice`` if the
+    budget is tight.
 
     >>> learning_time_line([[0.1, 0.0], [0.5, 0.3]], 4)
     "every structure's pseudo-Dice >= 0.2 from epoch 1 of 4"
-    >>> learning_time_line([[0.1, 0.0], [0.1, 0.0], [0.5, 0.3]], 3)
-    "every structure's pseudo-Dice >= 0.2 from epoch 2 of 3: the budget is tight for this run"
-    >>> learning_time_line([[0.1, 0.0]] * 3, 4)
-    "every structure's pseudo-Dice >= 0.2 in no epoch of 4: the budget is tight for this run"
     >>> learning_time_line([[0.1, 0.0]] * 3, 4, advice="train longer")
     "every structure's pseudo-Dice >= 0.2 in no epoch of 4: the budget is tight for this run; train longer"
     """
     epoch = all_learned_epoch(dice_per_epoch, learned)
+    text = learning_time_text(epoch, num_epochs, learned)
+    return text + f"; {advice}" if advice and budget_is_tight(epoch, num_epochs) else text
+
+
+def learning_time_text(all_learned_at: int | float | None, num_epochs: int, learned: float = ALL_LEARNED) -> str:
+    """When a run had learned every structure, and that its budget was tight if that took more
+    than half of the ``num_epochs`` (or never happened: None / NaN). One wording for the trainer's
+    log and the benchmark's and demo's convergence lines.
+
+    >>> learning_time_text(2, 3)
+    "every structure's pseudo-Dice >= 0.2 from epoch 2 of 3: the budget is tight for this run"
+    >>> learning_time_text(None, 4) == learning_time_text(float("nan"), 4)
+    True
+    >>> learning_time_text(None, 4)
+    "every structure's pseudo-Dice >= 0.2 in no epoch of 4: the budget is tight for this run"
+    """
+    known = all_learned_at is not None and np.isfinite(float(all_learned_at))
     text = (f"every structure's pseudo-Dice >= {learned:g} "
-            + (f"from epoch {epoch} of {num_epochs}" if epoch is not None else f"in no epoch of {num_epochs}"))
-    if not budget_is_tight(epoch, num_epochs):
-        return text
-    return text + ": the budget is tight for this run" + (f"; {advice}" if advice else "")
+            + (f"from epoch {int(all_learned_at)} of {num_epochs}" if known else f"in no epoch of {num_epochs}"))
+    return text + (": the budget is tight for this run" if budget_is_tight(all_learned_at, num_epochs) else "")
 
 
 def budget_is_tight(all_learned_at: int | float | None, num_epochs: int) -> bool:

@@ -30,7 +30,7 @@ from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
 from nnunet_dro.training.budget import EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
 from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, START_EPOCH, THRESHOLD, all_learned_epoch,
-                                          budget_is_tight, collapsed_epochs, lost_epochs)
+                                          collapsed_epochs, learning_time_text, lost_epochs)
 from nnunet_dro.weighting.hardness import UNIFORM_BETA
 from nnunet_dro.workflows.ensemble import predict
 from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
@@ -339,26 +339,9 @@ def convergence_line(arm: str, summary: Mapping) -> str:
             f"{summary.get('collapsed_epochs', '?')} of {max(0, summary.get('epochs', 0) - START_EPOCH)} epochs "
             f"since epoch {START_EPOCH} with a structure's pseudo-Dice < {THRESHOLD:g}, "
             f"{summary.get('lost_epochs', '?')} with a learned structure lost; "
-            + (f"{learned_text(summary['all_learned_epoch'], summary.get('epochs', 0))}; "
+            + (f"{learning_time_text(summary['all_learned_epoch'], summary.get('epochs', 0))}; "
                if "all_learned_epoch" in summary else "")
             + f"trained in {summary.get('train_seconds', float('nan')):.0f} s")
-
-
-def learned_text(all_learned_at: int | None, epochs: int) -> str:
-    """When a run had learned every structure, for its convergence line.
-
-    >>> learned_text(39, 120)
-    'every structure >= 0.2 from epoch 39'
-    >>> learned_text(70, 120)
-    'every structure >= 0.2 from epoch 70 (tight budget)'
-    >>> learned_text(None, 120) == learned_text(float("nan"), 120)
-    True
-    >>> learned_text(None, 120)
-    'every structure >= 0.2 in no epoch (tight budget)'
-    """
-    known = all_learned_at is not None and np.isfinite(float(all_learned_at))
-    text = f"every structure >= {ALL_LEARNED:g} " + (f"from epoch {int(all_learned_at)}" if known else "in no epoch")
-    return text + (" (tight budget)" if budget_is_tight(all_learned_at, epochs) else "")
 
 
 _PROGRESS_MARKERS = ("Epoch ", "train_loss", "val_loss", "Pseudo dice", "Epoch time", "DRO:",

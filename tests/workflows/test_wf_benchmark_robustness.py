@@ -451,4 +451,4 @@ def test_erm_alone_reports_its_tables_and_no_comparison(bench, tmp_path, capsys)
     paired = pd.read_csv(tmp_path / "paired.csv")
     assert len(paired) == 0 and {"method", "d_p10", "pooled_holm_p"} <= set(paired.columns)
     assert len(pd.read_csv(tmp_path / "summary.csv").query("method == 'ERM'")) == 12  # 4 groups x 3 regions
-    assert "every structure >= 0.2 from epoch 40" in capsys.readouterr().out
+    assert "every structure's pseudo-Dice >= 0.2 from epoch 40 of 120" in capsys.readouterr().out

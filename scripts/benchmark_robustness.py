@@ -615,7 +615,7 @@ def run(args: argparse.Namespace) -> int:
                                 f"{budget}; use another -o or --overwrite")
             # computed now, not stored: stored results predate it, and the runs' folders hold the counts
             trainer = summary.get("trainer", ARM_TRAINERS[arm])
-            summary.update({f"draw_share_{group}": share for group, share in ws.draw_shares(trainer).items()},
+            summary.update({f"draw_share_{group}": share for group, share in ws.draw_shares(trainer, finished=True).items()},
                            minority_hardness_auc=ws.minority_hardness_auc(trainer),
                            busiest_case_draws=ws.busiest_case_draws(trainer))
             if "all_learned_epoch" not in summary:

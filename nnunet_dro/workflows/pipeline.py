@@ -189,15 +189,17 @@ class Workspace:
         table = pd.read_csv(report, dtype={"case": str}).drop(columns=[GROUP_COLUMN, "group"], errors="ignore")
         return table.merge(self._training_groups(), on="case")
 
-    def draw_shares(self, trainer: str) -> dict[str, float]:
+    def draw_shares(self, trainer: str, finished: bool = False) -> dict[str, float]:
         """Share of the training draws that went to each group (condition): counted from the
         hardness report (``times_drawn``) of a case-weighting run; for a trainer without one
         (nnU-Net's ERM) each group's share of the training cases, what uniform sampling gives in
-        expectation. Empty when the run's folder is gone."""
+        expectation. Empty when the run's folder is gone, unless the caller knows the run
+        ``finished`` (it read the run's stored result): a record keeps no checkpoint, and a
+        case-weighting run always leaves its hardness report."""
         report = self._hardness_report(trainer)
         if report is not None:
             counts = report.groupby(GROUP_COLUMN)["times_drawn"].sum()
-        elif (self.fold_folder(trainer) / "checkpoint_final.pth").is_file():
+        elif finished or (self.fold_folder(trainer) / "checkpoint_final.pth").is_file():
             counts = self._training_groups().groupby(GROUP_COLUMN)["case"].size()
         else:
             return {}

@@ -282,6 +282,8 @@ def test_draw_shares_count_the_sampler_draws_or_fall_back_to_uniform(tmp_path):
     assert ws.draw_shares("DROTrainer") == pytest.approx({"control": 0.4, "spina_bifida": 0.4, "other": 0.2})
     assert ws.draw_shares("ERMTrainer") == pytest.approx({"control": 0.6, "spina_bifida": 0.2, "other": 0.2})
     assert ws.draw_shares("NeverTrained") == {}
+    assert ws.draw_shares("NeverTrained", finished=True) == pytest.approx({"control": 0.6, "spina_bifida": 0.2,
+                                                                           "other": 0.2})
     # spina bifida beats 2 of 3 controls, other all 3: AUC 5/6
     assert ws.minority_hardness_auc("DROTrainer") == pytest.approx(5 / 6)
     assert np.isnan(ws.minority_hardness_auc("ERMTrainer"))
@@ -436,6 +438,10 @@ def test_export_record_keeps_what_the_tables_are_made_from(bench, tmp_path):
     dro = ("Adaptive_f50_noIS_cap5", 3)
     assert from_record.loc[dro, "draw_share_spina_bifida"] == pytest.approx(30 / 90)  # 8 controls x 5 + 30 + 20 draws
     assert from_record.loc[dro, "draw_share_spina_bifida"] == from_runs.loc[dro, "draw_share_spina_bifida"]
+    # ERM keeps no hardness report and the record no checkpoint: the cohort's share, as in the runs
+    erm = ("ERM", 3)
+    assert from_record.loc[erm, "draw_share_spina_bifida"] == pytest.approx(1 / 10)
+    assert from_record.loc[erm, "draw_share_spina_bifida"] == from_runs.loc[erm, "draw_share_spina_bifida"]
 
 
 def test_export_record_into_the_output_folder_is_refused(bench, tmp_path, capsys):

@@ -24,8 +24,10 @@ the other arms later) and the tables re-made from stored results (``--report-onl
 Reported (terminal and OUT/): per arm, group and region: mean, p10, p5, IQR (mean ± sd over seeds);
 every arm minus ERM, paired by seed, with the sign in each seed; each run's convergence (controls'
 mean Dice) and stability (epochs after epoch 10 with a structure's pseudo-Dice below 0.05); the
-targets check; ``robustness_tradeoff.png`` (minority p10 on its hardest structure against the
-controls' mean Dice, one point per arm and seed).
+targets check; per seed, each arm's p10 difference on each minority's hardest structure with a
+bootstrap interval over the test cases (``p10_intervals.csv``: is that seed's difference more than
+the draw of test cases?); ``robustness_tradeoff.png`` (minority p10 on its hardest structure against
+the controls' mean Dice, one point per arm and seed).
 
     python scripts/benchmark_robustness.py                                  # 3 seeds x 5 arms
     python scripts/benchmark_robustness.py --arms ERM,Adaptive_f50 --seeds 0,1,2
@@ -49,7 +51,7 @@ import pandas as pd
 from nnunet_dro.atomic import atomic_path, write_text_atomic
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
-from nnunet_dro.evaluation.stats import holm, paired_wilcoxon
+from nnunet_dro.evaluation.stats import bootstrap_percentile_difference, holm, paired_wilcoxon
 from nnunet_dro.training.stability import budget_is_tight
 from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, CONVERGED_DICE, GROUP_COLUMN, MAJORITY_GROUP,
                                            MINORITY_GROUPS, Budget, Cohort, Workspace, convergence_line,
@@ -202,6 +204,55 @@ def paired_comparison(per_case: pd.DataFrame, by_seed: pd.DataFrame, baseline: s
     table = pd.DataFrame(rows, columns=columns)
     table["pooled_holm_p"] = holm(table["pooled_wilcoxon_p"].tolist()) if len(table) else []
     return table
+
+
+def p10_intervals(per_case: pd.DataFrame, hardest: dict[str, str], baseline: str = BASELINE,
+                  n_bootstrap: int = 2000, confidence: float = 0.95) -> pd.DataFrame:
+    """Each arm's paired p10 difference to ``baseline`` on each minority group's hardest structure,
+    per seed, with a percentile-bootstrap interval over the test cases (pairs resampled together,
+    fixed bootstrap seed). The interval covers which test cases were drawn, with both trained
+    networks fixed; a second training run of the same arm adds its own noise on top (``ERM_repeat``).
+
+    One row per (arm, seed, group): ``d_p10``, ``low``, ``high``, ``n`` (cases paired) and
+    ``resolved``: ``+`` when the whole interval is above 0, ``-`` when below, ``0`` when it holds 0.
+    """
+    rows = []
+    for arm in [m for m in dict.fromkeys(per_case["method"]) if m != baseline]:
+        for group, region in hardest.items():
+            part = per_case[(per_case[GROUP_COLUMN] == group) & (per_case["region"] == region)
+                            & per_case["method"].isin([arm, baseline])]
+            pairs = part.pivot_table(index=["seed", "case"], columns="method", values="value", aggfunc="first")
+            if not {arm, baseline} <= set(pairs.columns):
+                continue
+            for seed, table in pairs.groupby(level="seed"):
+                a, b = table[arm].to_numpy(float), table[baseline].to_numpy(float)
+                keep = ~(np.isnan(a) | np.isnan(b))
+                if not keep.any():
+                    continue
+                low, high = bootstrap_percentile_difference(a[keep], b[keep], [10], n_bootstrap, confidence)[10]
+                rows.append({"method": arm, "seed": int(seed), "group": group, "region": region,
+                             "n": int(keep.sum()),
+                             "d_p10": float(np.percentile(a[keep], 10) - np.percentile(b[keep], 10)),
+                             "low": low, "high": high,
+                             "resolved": "+" if low > 0 else "-" if high < 0 else "0"})
+    return pd.DataFrame(rows, columns=["method", "seed", "group", "region", "n", "d_p10", "low", "high", "resolved"])
+
+
+def p10_interval_section(intervals: pd.DataFrame, confidence: float = 0.95) -> list[str]:
+    """The markdown section of :func:`p10_intervals`; empty without rows."""
+    if intervals.empty:
+        return []
+    lines = ["## Is a seed's p10 difference more than the draw of test cases?", "",
+             f"Each arm's paired p10 difference to ERM on each minority group's hardest structure, per seed, "
+             f"with its {confidence:.0%} bootstrap interval over the test cases (pairs resampled together; both "
+             "trained networks fixed, so a second training run adds more noise). Resolved: + or - when the "
+             "whole interval is on that side of 0, 0 when it holds 0.", "",
+             "| arm | group | region | seed | n | Δp10 | interval | resolved |",
+             "|---|---|---|---:|---:|---:|---|:---:|"]
+    for _, r in intervals.iterrows():
+        lines.append(f"| {r['method']} | {r['group']} | {r['region']} | {r['seed']} | {r['n']} | {r['d_p10']:+.1f} | "
+                     f"[{r['low']:+.1f}, {r['high']:+.1f}] | {r['resolved']} |")
+    return lines + [""]
 
 
 def hardest_regions(summary: pd.DataFrame, baseline: str = BASELINE) -> dict[str, str]:
@@ -648,12 +699,14 @@ def run(args: argparse.Namespace) -> int:
     write_text_atomic(out / "paired.csv", paired.to_csv(index=False))
     write_text_atomic(out / "runs.csv", runs.drop(columns=["cohort"], errors="ignore").to_csv(index=False))
     write_text_atomic(out / "benchmark.json", json.dumps({**settings, "hardest": hardest}, indent=2, default=str))
-    by_time = learning_time_section(per_case, runs, hardest, settings["arms"])
-    write_text_atomic(out / "summary.md", markdown_report(summary, paired, runs, settings, hardest, targets, by_time))
+    intervals = p10_intervals(per_case, hardest)
+    write_text_atomic(out / "p10_intervals.csv", intervals.to_csv(index=False))
+    sections = learning_time_section(per_case, runs, hardest, settings["arms"]) + p10_interval_section(intervals)
+    write_text_atomic(out / "summary.md", markdown_report(summary, paired, runs, settings, hardest, targets, sections))
     plot_tradeoff(out / "robustness_tradeoff.png", by_seed, hardest, settings["arms"])
     say("")
     say(terminal_report(summary, paired, targets))
-    say(f"\nWritten: {out / 'summary.md'}, summary.csv, paired.csv, runs.csv, robustness_tradeoff.png")
+    say(f"\nWritten: {out / 'summary.md'}, summary.csv, paired.csv, p10_intervals.csv, runs.csv, robustness_tradeoff.png")
     return 0
 
 

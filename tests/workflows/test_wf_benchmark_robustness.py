@@ -316,6 +316,46 @@ def test_an_arm_missing_a_seed_does_not_shrink_the_seed_count_of_the_others(benc
     assert row["d_p10_seeds_up"] == row["n_seeds"] == 3  # what the "better in every seed" target compares
 
 
+@pytest.mark.parametrize("shift, resolved", [
+    (4.0, "+"),    # every spina bifida case up by 4: p10 up by exactly 4 in every resample
+    (-4.0, "-"),
+    (0.0, "0"),    # the arm equals ERM: interval [0, 0], which holds 0
+])
+def test_p10_interval_of_a_constant_shift_is_that_shift(bench, shift, resolved):
+    """Pairs are resampled together: a shift of every case moves each resample's p10 by exactly the
+    shift, so the interval collapses onto it (resampled apart, it would be several points wide)."""
+    per_case = _per_case(0.0)
+    dro = (per_case["method"] == "Adaptive_f50") & (per_case["condition"] == "spina_bifida")
+    per_case.loc[dro, "value"] += shift
+    intervals = bench.p10_intervals(per_case, {"spina_bifida": "cerebellum"})
+    assert list(intervals["seed"]) == [0, 1, 2] and set(intervals["n"]) == {10}
+    for column in ("d_p10", "low", "high"):
+        assert intervals[column].to_numpy() == pytest.approx(shift)
+    assert set(intervals["resolved"]) == {resolved}
+
+
+def test_p10_interval_holds_the_difference_and_widens_with_noise(bench):
+    """Noise in the arm's cases (not a shift) leaves a point difference inside a wide interval."""
+    per_case = _per_case(0.0)
+    dro = (per_case["method"] == "Adaptive_f50") & (per_case["condition"] == "spina_bifida")
+    per_case.loc[dro, "value"] += np.random.default_rng(7).normal(0.0, 6.0, dro.sum())
+    intervals = bench.p10_intervals(per_case, {"spina_bifida": "cerebellum"})
+    assert ((intervals["low"] <= intervals["d_p10"]) & (intervals["d_p10"] <= intervals["high"])).all()
+    assert (intervals["high"] - intervals["low"]).min() > 2.0
+    again = bench.p10_intervals(per_case, {"spina_bifida": "cerebellum"})
+    pd.testing.assert_frame_equal(intervals, again)  # fixed bootstrap seed: the tables re-make identically
+
+
+def test_p10_intervals_skip_seeds_and_groups_an_arm_lacks(bench):
+    per_case = _per_case(4.0)
+    per_case = per_case[~((per_case["method"] == "Adaptive_f50") & (per_case["seed"] == 1))]
+    intervals = bench.p10_intervals(per_case, {"spina_bifida": "cerebellum", "other": "intra_axial_csf"})
+    assert list(intervals["seed"]) == [0, 2] and set(intervals["group"]) == {"spina_bifida"}
+    lines = bench.p10_interval_section(intervals)
+    assert lines[0].startswith("## Is a seed's p10 difference") and len([x for x in lines if x.startswith("| Adaptive")]) == 2
+    assert bench.p10_interval_section(bench.p10_intervals(per_case[per_case["method"] == "ERM"], {"spina_bifida": "cerebellum"})) == []
+
+
 def test_docstring_examples_of_the_script_run(bench):
     import doctest
 
@@ -432,7 +472,7 @@ def test_export_record_keeps_what_the_tables_are_made_from(bench, tmp_path):
          "runs/seed_{s}/arms/Adaptive_f50_noIS_cap5/per_case.csv", hardness])
 
     assert bench.main(common + ["-o", str(record)]) == 0
-    for table in ("summary.csv", "paired.csv"):
+    for table in ("summary.csv", "paired.csv", "p10_intervals.csv"):
         pd.testing.assert_frame_equal(pd.read_csv(record / table), pd.read_csv(runs / table))
     from_runs, from_record = (pd.read_csv(folder / "runs.csv").set_index(["arm", "seed"]) for folder in (runs, record))
     dro = ("Adaptive_f50_noIS_cap5", 3)

@@ -43,6 +43,10 @@ MINORITY_GROUPS = ("spina_bifida", "other")
 REGIONS = "feta"
 #: "ERM has learned the majority": every region's mean Dice of the controls at least this.
 CONVERGED_DICE = 80.0
+#: A larger test set is drawn with the cohort's seed plus this offset: further cases from the same
+#: generator, independent of the cohort (no training case, no choice was made on them).
+LARGE_TEST_SEED_OFFSET = 1_000_000
+LARGE_TEST_RESULT = "per_case_large_test.csv"
 
 #: Arm name -> CPU-budget trainer (the benchmark's and the demo's choices).
 ARM_TRAINERS = {
@@ -259,6 +263,20 @@ class Workspace:
             write_text_atomic(self.arm_folder(arm) / "train_seconds.txt", f"{time.perf_counter() - tic:.1f}\n")
         return time.perf_counter() - tic
 
+    def _predict_and_score(self, arm: str, trainer: str, raw: Path, groups: Path, predictions: Path,
+                           device: str) -> pd.DataFrame:
+        """``nnUNetv2_predict`` of ``raw``'s test images with the arm's final checkpoint, then the
+        Dice of every test case and region (``nnunet_dro evaluate`` by condition)."""
+        cases = len(list((raw / "labelsTs").glob("*.nii.gz")))
+        self.echo(f"  {arm}: nnUNetv2_predict of {cases} test cases of {raw.name} (--disable_tta)")
+        predict(self.env, self.dataset_id, CONFIGURATION, str(raw / "imagesTs"), predictions, trainer, [FOLD],
+                device=device, npp=1, nps=1, echo=None, log_file=self.log_file, tta=False)
+        from nnunet_dro.evaluation.api import evaluate
+
+        result = evaluate(str(raw / "labelsTs"), {arm: str(predictions)}, None, groups=str(groups),
+                          group_by=[GROUP_COLUMN], regions=REGIONS, num_processes=2, progress=False, echo=self.echo)
+        return result.per_case[result.per_case["metric"] == "dice"].copy()
+
     def run_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
                 show: Callable[[str], None] | None = None) -> tuple[dict, pd.DataFrame]:
         """Train, predict and evaluate one arm (or load its stored result)."""
@@ -268,22 +286,65 @@ class Workspace:
         self.train_arm(arm, trainer, seed, budget, device, show)
         times_file = self.arm_folder(arm) / "train_seconds.txt"  # the time of the run that trained it
         train_seconds = float(times_file.read_text()) if times_file.is_file() else float("nan")
-        predictions = self.arm_folder(arm) / "predictions"
-        self.echo(f"  {arm}: nnUNetv2_predict of {self.cohort.n_test} test cases (--disable_tta)")
-        predict(self.env, self.dataset_id, CONFIGURATION, str(self.raw / "imagesTs"), predictions, trainer, [FOLD],
-                device=device, npp=1, nps=1, echo=None, log_file=self.log_file, tta=False)
-        from nnunet_dro.evaluation.api import evaluate
-
-        result = evaluate(str(self.raw / "labelsTs"), {arm: str(predictions)}, None,
-                          groups=str(self.folder / "subgroups_test.tsv"), group_by=[GROUP_COLUMN], regions=REGIONS,
-                          num_processes=2, progress=False, echo=self.echo)
-        per_case = result.per_case[result.per_case["metric"] == "dice"].copy()
+        per_case = self._predict_and_score(arm, trainer, self.raw, self.folder / "subgroups_test.tsv",
+                                           self.arm_folder(arm) / "predictions", device)
         summary = {"arm": arm, "trainer": trainer, "seed": seed, "cohort": asdict(self.cohort),
                    "budget": asdict(budget), "train_seconds": round(train_seconds, 1),
                    **training_summary(fold_dir), "control_mean_dice": majority_means(per_case)}
         write_text_atomic(self.arm_folder(arm) / "per_case.csv", per_case.to_csv(index=False))
         write_text_atomic(self.arm_folder(arm) / "result.json", json.dumps(summary, indent=2, default=float))
         return summary, per_case
+
+    # ------------------------------------------------------------------ a larger test set
+    def large_test_raw(self, dataset_id: int) -> Path:
+        return Path(self.env["nnUNet_raw"]) / f"Dataset{dataset_id:03d}_{self.raw.name.split('_', 1)[1]}LargeTest"
+
+    def prepare_large_test(self, per_group: int, dataset_id: int) -> Path:
+        """Draw ``per_group`` further test cases of each condition (cohort seed +
+        ``LARGE_TEST_SEED_OFFSET``) as raw dataset ``dataset_id`` (one placeholder training case,
+        which nothing uses), once per folder; return its raw folder.
+
+        Twenty test cases per group make a p10 the mean of two cases: enough to see a large effect
+        and not a few points. The larger set measures the same trained networks again, with the
+        test-case draw's share of the noise shrunk."""
+        c = self.cohort
+        wanted = {"per_group": per_group, "seed": c.seed + LARGE_TEST_SEED_OFFSET, "size": c.size,
+                  "dataset_id": dataset_id}
+        record = self.folder / "large_test.json"
+        if record.is_file() and json.loads(record.read_text()) != wanted:
+            raise UserError(f"{record}: this folder's larger test set was drawn as {json.loads(record.read_text())}, "
+                            f"not {wanted}; use the same --large-test or another output folder")
+        raw = self.large_test_raw(dataset_id)
+        if not (raw / "dataset.json").is_file():
+            self.echo(f"  larger test set: {per_group} cases per condition, seed {wanted['seed']}")
+            run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(dataset_id), "-n", raw.name.split("_", 1)[1],
+                            "--n-train", "1", "--n-test", str(per_group * 3), "--size", str(c.size),
+                            "--seed", str(wanted["seed"]), "--overwrite"], self.env, self.log_file)
+        groups = self.folder / "subgroups_large_test.tsv"
+        if not groups.is_file():
+            table = read_subgroups(raw / SUBGROUPS_FILENAME)
+            write_text_atomic(groups, table[table["split"] == "test"].to_csv(sep="\t", index=False))
+        write_text_atomic(record, json.dumps(wanted, indent=2))
+        return raw
+
+    def score_large_test(self, arm: str, trainer: str, dataset_id: int, device: str = "cpu") -> pd.DataFrame:
+        """The arm's Dice on the larger test set (:meth:`prepare_large_test` first), stored in
+        ``arms/<ARM>/per_case_large_test.csv`` and loaded from there when done."""
+        stored = self.arm_folder(arm) / LARGE_TEST_RESULT
+        if stored.is_file():
+            return pd.read_csv(stored, dtype={"case": str})
+        if not (self.fold_folder(trainer) / "checkpoint_final.pth").is_file():
+            raise UserError(f"{self.fold_folder(trainer)}: no checkpoint_final.pth to predict the larger test set "
+                            f"with (arm {arm}); its run folder is needed, a record is not enough")
+        per_case = self._predict_and_score(arm, trainer, self.large_test_raw(dataset_id),
+                                           self.folder / "subgroups_large_test.tsv",
+                                           self.arm_folder(arm) / "predictions_large_test", device)
+        write_text_atomic(stored, per_case.to_csv(index=False))
+        return per_case
+
+    def load_large_test(self, arm: str) -> pd.DataFrame | None:
+        stored = self.arm_folder(arm) / LARGE_TEST_RESULT
+        return pd.read_csv(stored, dtype={"case": str}) if stored.is_file() else None
 
 
 def training_summary(fold_dir: Path) -> dict:

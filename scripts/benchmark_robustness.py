@@ -26,8 +26,10 @@ every arm minus ERM, paired by seed, with the sign in each seed; each run's conv
 mean Dice) and stability (epochs after epoch 10 with a structure's pseudo-Dice below 0.05); the
 targets check; per seed, each arm's p10 difference on each minority's hardest structure with a
 bootstrap interval over the test cases (``p10_intervals.csv``: is that seed's difference more than
-the draw of test cases?); ``robustness_tradeoff.png`` (minority p10 on its hardest structure against
-the controls' mean Dice, one point per arm and seed).
+the draw of test cases?); with ``--large-test N`` the headline again on N further test cases per
+group scored by the same networks; with ``--training-fit`` each minority's hardest structure on the
+training cases beside the test cases; ``robustness_tradeoff.png`` (minority p10 on its hardest
+structure against the controls' mean Dice, one point per arm and seed).
 
     python scripts/benchmark_robustness.py                                  # 3 seeds x 5 arms
     python scripts/benchmark_robustness.py --arms ERM,Adaptive_f50 --seeds 0,1,2
@@ -53,7 +55,7 @@ from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.stats import bootstrap_percentile_difference, holm, paired_wilcoxon
 from nnunet_dro.training.stability import budget_is_tight
-from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, CONVERGED_DICE, GROUP_COLUMN, LARGE_TEST_RESULT,
+from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, CONVERGED_DICE, FURTHER_RESULTS, GROUP_COLUMN,
                                            MAJORITY_GROUP, MINORITY_GROUPS, Budget, Cohort, Workspace,
                                            convergence_line, progress_filter)
 
@@ -368,7 +370,7 @@ def large_test_section(large: pd.DataFrame, runs: pd.DataFrame, hardest: dict[st
     the same trained networks, more test cases per group. The hardest structures stay those of the
     main test set, so nothing is chosen on these cases."""
     by_seed = summary_by_seed(large)
-    counts = by_seed[(by_seed["group"] != "all")].groupby("group")["n"].max()
+    counts = by_seed.groupby("group")["n"].max().reindex([g for g in _group_order(large) if g != "all"])
     seeds = sorted(set(large["seed"]))
     scored = runs[runs.set_index(["arm", "seed"]).index.isin(list(zip(large["method"], large["seed"])))]
     lines = ["## On a larger test set (the same trained networks)", "",
@@ -378,6 +380,43 @@ def large_test_section(large: pd.DataFrame, runs: pd.DataFrame, hardest: dict[st
              *headline_table(summary_over_seeds(by_seed, arms), paired_comparison(large, by_seed), scored, hardest), ""]
     section = p10_interval_section(intervals)
     return lines + (["#" + section[0]] + section[1:] if section else [])
+
+
+def training_fit(training: pd.DataFrame, test: pd.DataFrame, hardest: dict[str, str]) -> pd.DataFrame:
+    """Per arm, seed and minority group: its hardest structure's Dice mean and p10 on the network's
+    own training cases beside those on the test cases."""
+    rows = []
+    for (arm, seed), part in training.groupby(["method", "seed"], sort=False):
+        for group, region in hardest.items():
+            fitted = part[(part[GROUP_COLUMN] == group) & (part["region"] == region)]["value"].to_numpy(float)
+            tested = test[(test["method"] == arm) & (test["seed"] == seed) & (test[GROUP_COLUMN] == group)
+                          & (test["region"] == region)]["value"].to_numpy(float)
+            if fitted.size and tested.size:
+                train_stats, test_stats = _statistics(fitted), _statistics(tested)
+                rows.append({"method": arm, "seed": int(seed), "group": group, "region": region,
+                             "n_training": int(np.isfinite(fitted).sum()), "training_mean": train_stats["mean"],
+                             "training_p10": train_stats["p10"], "test_mean": test_stats["mean"],
+                             "test_p10": test_stats["p10"]})
+    return pd.DataFrame(rows, columns=["method", "seed", "group", "region", "n_training", "training_mean",
+                                       "training_p10", "test_mean", "test_p10"])
+
+
+def training_fit_section(fit: pd.DataFrame) -> list[str]:
+    """The markdown section of :func:`training_fit`; empty without rows."""
+    if fit.empty:
+        return []
+    lines = ["## Fit on the training cases", "",
+             "Each minority group's hardest structure scored by the same network on its own training cases "
+             "(`--training-fit`) and on the test cases. Where an arm that draws the group more often raises its "
+             "training Dice, and the test Dice with it, the group was under-fitted for being rare; a structure "
+             "that stays about as low on its own training cases under every arm is limited by something that "
+             "more draws do not change.", "",
+             "| arm | seed | group | region | training cases | training mean | training p10 | test mean | test p10 |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|"]
+    for _, r in fit.iterrows():
+        lines.append(f"| {r['method']} | {r['seed']} | {r['group']} | {r['region']} | {r['n_training']} | "
+                     f"{r['training_mean']:.1f} | {r['training_p10']:.1f} | {r['test_mean']:.1f} | {r['test_p10']:.1f} |")
+    return lines + [""]
 
 
 def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFrame, settings: dict,
@@ -583,10 +622,11 @@ def plot_tradeoff(path: Path, by_seed: pd.DataFrame, hardest: dict[str, str], ar
 def record_files(ws: Workspace, arm: str, trainer: str) -> list[Path]:
     """The files of a finished (seed, arm) trained by ``trainer`` that ``--report-only`` reads: the
     cohort settings, the subgroup table, the arm's result and per-case Dice, its hardness report if
-    it has one, and its Dice on the larger test set if it was scored (``--large-test``)."""
+    it has one, and its Dice on the larger test set and on its training cases if they were scored
+    (``--large-test``, ``--training-fit``)."""
     files = [ws.folder / "cohort.json", ws.raw / SUBGROUPS_FILENAME, ws.arm_folder(arm) / "result.json",
              ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer),
-             ws.folder / "large_test.json", ws.arm_folder(arm) / LARGE_TEST_RESULT]
+             ws.folder / "large_test.json", *(ws.arm_folder(arm) / name for name in FURTHER_RESULTS.values())]
     return [f for f in files if f.is_file()]
 
 
@@ -629,6 +669,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also score every finished arm of these seeds on N further test cases per group (an "
                              "independent draw of the generator; the trained networks are reused, nothing is "
                              "retrained): a p10 of 20 cases is the mean of two. Default: 0 (off)")
+    parser.add_argument("--training-fit", action="store_true",
+                        help="also score every finished arm's network on its own training cases: a minority whose "
+                             "hardest structure scores as low on training as on test cases is not under-fitted for "
+                             "being rare, and drawing it more often cannot be expected to lift it")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: make the tables from the stored results of the requested seeds/arms")
     parser.add_argument("--overwrite", action="store_true",
@@ -654,7 +698,8 @@ def run(args: argparse.Namespace) -> int:
     if BASELINE not in arms:
         raise UserError(f"--arms {args.arms!r}: the comparison needs the {BASELINE} arm")
     for flag, value, low in (("--epochs", args.epochs, 1), ("--iterations", args.iterations, 1),
-                             ("--n-train", args.n_train, 5), ("--n-test", args.n_test, 3), ("--size", args.size, 16)):
+                             ("--n-train", args.n_train, 5), ("--n-test", args.n_test, 3), ("--size", args.size, 16),
+                             ("--large-test", args.large_test, 0)):
         if value is not None and value < low:
             raise UserError(f"{flag} {value}: must be at least {low}")
     budget = Budget(args.epochs, args.iterations)
@@ -668,7 +713,7 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(runs_folder / f"seed_{seed}", ignore_errors=True)
     started = time.perf_counter()
     say = lambda text: print(text, flush=True)  # noqa: E731
-    tables, large_tables, run_rows = [], [], []
+    tables, large_tables, training_tables, run_rows = [], [], [], []
     for seed in seeds:
         cohort = Cohort(args.n_train, args.n_test, args.size, seed)
         folder = runs_folder / f"seed_{seed}"
@@ -698,10 +743,13 @@ def run(args: argparse.Namespace) -> int:
             say(convergence_line(f"{arm} seed {seed}", summary))
             if args.large_test and not args.report_only:
                 ws.prepare_large_test(args.large_test, LARGE_TEST_DATASET_ID)
-                ws.score_large_test(arm, trainer, LARGE_TEST_DATASET_ID, args.device)
-            large = ws.load_large_test(arm)
-            if large is not None:
-                large_tables.append(large.assign(seed=seed, method=arm))
+                ws.score_further(arm, trainer, "large_test", LARGE_TEST_DATASET_ID, args.device)
+            if args.training_fit and not args.report_only:
+                ws.score_further(arm, trainer, "training", device=args.device)
+            for cases, kept in (("large_test", large_tables), ("training", training_tables)):
+                scored = ws.load_further(arm, cases)
+                if scored is not None:
+                    kept.append(scored.assign(seed=seed, method=arm))
             if record is not None:
                 export_record(ws, arm, trainer, record)
             per_case = per_case.assign(seed=seed, method=arm)
@@ -738,12 +786,17 @@ def run(args: argparse.Namespace) -> int:
         large_intervals = p10_intervals(large, hardest)
         write_text_atomic(out / "p10_intervals_large_test.csv", large_intervals.to_csv(index=False))
         sections += large_test_section(large, runs, hardest, settings["arms"], large_intervals)
+    if training_tables:
+        fit = training_fit(pd.concat(training_tables, ignore_index=True), per_case, hardest)
+        write_text_atomic(out / "training_fit.csv", fit.to_csv(index=False))
+        sections += training_fit_section(fit)
     write_text_atomic(out / "summary.md", markdown_report(summary, paired, runs, settings, hardest, targets, sections))
     plot_tradeoff(out / "robustness_tradeoff.png", by_seed, hardest, settings["arms"])
     say("")
     say(terminal_report(summary, paired, targets))
     say(f"\nWritten: {out / 'summary.md'}, summary.csv, paired.csv, p10_intervals.csv, runs.csv, robustness_tradeoff.png"
-        + (", per_case_large_test.csv, p10_intervals_large_test.csv" if large_tables else ""))
+        + (", per_case_large_test.csv, p10_intervals_large_test.csv" if large_tables else "")
+        + (", training_fit.csv" if training_tables else ""))
     return 0
 
 

@@ -46,7 +46,8 @@ CONVERGED_DICE = 80.0
 #: A larger test set is drawn with the cohort's seed plus this offset: further cases from the same
 #: generator, independent of the cohort (no training case, no choice was made on them).
 LARGE_TEST_SEED_OFFSET = 1_000_000
-LARGE_TEST_RESULT = "per_case_large_test.csv"
+#: Where :meth:`Workspace.score_further` keeps each further scoring of an arm's network.
+FURTHER_RESULTS = {"large_test": "per_case_large_test.csv", "training": "per_case_training.csv"}
 
 #: Arm name -> CPU-budget trainer (the benchmark's and the demo's choices).
 ARM_TRAINERS = {
@@ -263,17 +264,17 @@ class Workspace:
             write_text_atomic(self.arm_folder(arm) / "train_seconds.txt", f"{time.perf_counter() - tic:.1f}\n")
         return time.perf_counter() - tic
 
-    def _predict_and_score(self, arm: str, trainer: str, raw: Path, groups: Path, predictions: Path,
-                           device: str) -> pd.DataFrame:
-        """``nnUNetv2_predict`` of ``raw``'s test images with the arm's final checkpoint, then the
-        Dice of every test case and region (``nnunet_dro evaluate`` by condition)."""
-        cases = len(list((raw / "labelsTs").glob("*.nii.gz")))
-        self.echo(f"  {arm}: nnUNetv2_predict of {cases} test cases of {raw.name} (--disable_tta)")
-        predict(self.env, self.dataset_id, CONFIGURATION, str(raw / "imagesTs"), predictions, trainer, [FOLD],
+    def _predict_and_score(self, arm: str, trainer: str, images: Path, labels: Path, groups: Path,
+                           predictions: Path, device: str) -> pd.DataFrame:
+        """``nnUNetv2_predict`` of ``images`` with the arm's final checkpoint, then the Dice of every
+        case and region against ``labels`` (``nnunet_dro evaluate`` by condition)."""
+        cases = len(list(labels.glob("*.nii.gz")))
+        self.echo(f"  {arm}: nnUNetv2_predict of {cases} cases of {images.parent.name}/{images.name} (--disable_tta)")
+        predict(self.env, self.dataset_id, CONFIGURATION, str(images), predictions, trainer, [FOLD],
                 device=device, npp=1, nps=1, echo=None, log_file=self.log_file, tta=False)
         from nnunet_dro.evaluation.api import evaluate
 
-        result = evaluate(str(raw / "labelsTs"), {arm: str(predictions)}, None, groups=str(groups),
+        result = evaluate(str(labels), {arm: str(predictions)}, None, groups=str(groups),
                           group_by=[GROUP_COLUMN], regions=REGIONS, num_processes=2, progress=False, echo=self.echo)
         return result.per_case[result.per_case["metric"] == "dice"].copy()
 
@@ -286,8 +287,9 @@ class Workspace:
         self.train_arm(arm, trainer, seed, budget, device, show)
         times_file = self.arm_folder(arm) / "train_seconds.txt"  # the time of the run that trained it
         train_seconds = float(times_file.read_text()) if times_file.is_file() else float("nan")
-        per_case = self._predict_and_score(arm, trainer, self.raw, self.folder / "subgroups_test.tsv",
-                                           self.arm_folder(arm) / "predictions", device)
+        per_case = self._predict_and_score(arm, trainer, self.raw / "imagesTs", self.raw / "labelsTs",
+                                           self.folder / "subgroups_test.tsv", self.arm_folder(arm) / "predictions",
+                                           device)
         summary = {"arm": arm, "trainer": trainer, "seed": seed, "cohort": asdict(self.cohort),
                    "budget": asdict(budget), "train_seconds": round(train_seconds, 1),
                    **training_summary(fold_dir), "control_mean_dice": majority_means(per_case)}
@@ -327,23 +329,39 @@ class Workspace:
         write_text_atomic(record, json.dumps(wanted, indent=2))
         return raw
 
-    def score_large_test(self, arm: str, trainer: str, dataset_id: int, device: str = "cpu") -> pd.DataFrame:
-        """The arm's Dice on the larger test set (:meth:`prepare_large_test` first), stored in
-        ``arms/<ARM>/per_case_large_test.csv`` and loaded from there when done."""
-        stored = self.arm_folder(arm) / LARGE_TEST_RESULT
+    def score_further(self, arm: str, trainer: str, cases: str, dataset_id: int | None = None,
+                      device: str = "cpu") -> pd.DataFrame:
+        """The arm's final network scored again on further cases, once (stored in
+        ``arms/<ARM>/per_case_<cases>.csv`` and loaded from there after):
+
+        - ``"large_test"``: the larger test set (:meth:`prepare_large_test` first, ``dataset_id``);
+        - ``"training"``: its own training cases. A group whose hardest structure scores as low on
+          the training cases as on the test cases is not under-fitted for being rare, and drawing
+          its cases more often cannot be expected to lift it; one that scores far higher on
+          training than on test is a matter of generalisation, not of draws."""
+        stored = self.arm_folder(arm) / FURTHER_RESULTS[cases]
         if stored.is_file():
             return pd.read_csv(stored, dtype={"case": str})
         if not (self.fold_folder(trainer) / "checkpoint_final.pth").is_file():
-            raise UserError(f"{self.fold_folder(trainer)}: no checkpoint_final.pth to predict the larger test set "
+            raise UserError(f"{self.fold_folder(trainer)}: no checkpoint_final.pth to score the {cases} cases "
                             f"with (arm {arm}); its run folder is needed, a record is not enough")
-        per_case = self._predict_and_score(arm, trainer, self.large_test_raw(dataset_id),
-                                           self.folder / "subgroups_large_test.tsv",
-                                           self.arm_folder(arm) / "predictions_large_test", device)
+        if cases == "large_test":
+            raw, split = self.large_test_raw(dataset_id), "Ts"
+            groups = self.folder / "subgroups_large_test.tsv"
+        else:
+            raw, split = self.raw, "Tr"
+            groups = self.folder / "subgroups_training.tsv"
+            if not groups.is_file():
+                table = read_subgroups(raw / SUBGROUPS_FILENAME)
+                write_text_atomic(groups, table[table["split"] == "train"].to_csv(sep="\t", index=False))
+        per_case = self._predict_and_score(arm, trainer, raw / f"images{split}", raw / f"labels{split}", groups,
+                                           self.arm_folder(arm) / f"predictions_{cases}", device)
         write_text_atomic(stored, per_case.to_csv(index=False))
         return per_case
 
-    def load_large_test(self, arm: str) -> pd.DataFrame | None:
-        stored = self.arm_folder(arm) / LARGE_TEST_RESULT
+    def load_further(self, arm: str, cases: str) -> pd.DataFrame | None:
+        """The stored result of :meth:`score_further`, or None."""
+        stored = self.arm_folder(arm) / FURTHER_RESULTS[cases]
         return pd.read_csv(stored, dtype={"case": str}) if stored.is_file() else None
 
 

@@ -420,9 +420,10 @@ def test_all_learned_epoch_is_read_from_the_final_checkpoint(tmp_path):
     assert ws.all_learned_epoch("NeverTrained") is None
 
 
-def _stored_seed(root: Path, seed: int, arms: dict) -> None:
+def _stored_seed(root: Path, seed: int, arms: dict, large_test: bool = False) -> None:
     """A finished seed as the benchmark leaves it, without the gigabytes: cohort settings, the
-    subgroup table, and per arm its result, per-case Dice and (case-weighting arms) hardness report."""
+    subgroup table, and per arm its result, per-case Dice and (case-weighting arms) hardness report;
+    with ``large_test`` also its Dice on a larger test set (40 cases per group)."""
     from nnunet_dro.workflows.pipeline import Cohort, Workspace
 
     ws = Workspace(root / "runs" / f"seed_{seed}", 991, "SyntheticFetalBenchmark", Cohort(seed=seed),
@@ -440,6 +441,15 @@ def _stored_seed(root: Path, seed: int, arms: dict) -> None:
                 for region, centre in (("white_matter", 95.0), ("intra_axial_csf", 85.0), ("cerebellum", 80.0))]
         ws.arm_folder(arm).mkdir(parents=True)
         pd.DataFrame(rows).to_csv(ws.arm_folder(arm) / "per_case.csv", index=False)
+        if large_test:
+            pd.DataFrame([dict(method=arm, case=f"c{i}", region="cerebellum", metric="dice", note="",
+                               value=90.0 - 20.0 * (g != "control") + lift, condition=g) for i, g in enumerate(groups)]
+                         ).to_csv(ws.arm_folder(arm) / "per_case_training.csv", index=False)
+            (ws.folder / "large_test.json").write_text(json.dumps({"per_group": 40}))
+            pd.DataFrame([dict(method=arm, case=f"L{k}", region="cerebellum", metric="dice", note="",
+                               value=80.0 + k % 7 + (lift if group != "control" else 0.0), condition=group)
+                          for k, group in enumerate(["control"] * 40 + ["spina_bifida"] * 40 + ["other"] * 40)]
+                         ).to_csv(ws.arm_folder(arm) / "per_case_large_test.csv", index=False)
         summary = {"arm": arm, "trainer": trainer, "seed": seed, "budget": {"epochs": None, "iterations_per_epoch": None},
                    "train_seconds": 1500.0, "epochs": 120, "collapsed_epochs": 20, "lost_epochs": 0,
                    "all_learned_epoch": 40, "control_mean_dice": {"white_matter": 95.0, "intra_axial_csf": 85.0,
@@ -498,3 +508,84 @@ def test_erm_alone_reports_its_tables_and_no_comparison(bench, tmp_path, capsys)
     assert len(paired) == 0 and {"method", "d_p10", "pooled_holm_p"} <= set(paired.columns)
     assert len(pd.read_csv(tmp_path / "summary.csv").query("method == 'ERM'")) == 12  # 4 groups x 3 regions
     assert "every structure's pseudo-Dice >= 0.2 from epoch 40 of 120" in capsys.readouterr().out
+
+
+def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
+    """Stored larger-test Dice get their own headline and p10 intervals (the hardest structures are
+    still chosen on the main test set), stored training-case Dice the fit table, and the record keeps
+    both, so --report-only on the record re-makes the same tables."""
+    runs, record = tmp_path / "results", tmp_path / "record"
+    arms = {"ERM": ("nnUNetTrainer_CPUBudget", 0.0), "Adaptive_f50_noIS_cap5": ("DROTrainer", 3.0)}
+    for seed in (3, 4):
+        _stored_seed(runs, seed, arms, large_test=True)
+    common = ["--seeds", "3,4", "--arms", ",".join(arms), "--report-only"]
+    assert bench.main(common + ["-o", str(runs), "--export-record", str(record)]) == 0
+    text = (runs / "summary.md").read_text()
+    large = text[text.index("## On a larger test set"):]
+    assert "control 40, spina_bifida 40, other 40 cases" in large
+    assert "### Is a seed's p10 difference" in large
+    intervals = pd.read_csv(runs / "p10_intervals_large_test.csv")
+    # every minority case +3 in the DRO arm: the interval of each seed collapses onto +3
+    assert intervals["d_p10"].to_numpy() == pytest.approx(3.0) and set(intervals["resolved"]) == {"+"}
+    fit = pd.read_csv(runs / "training_fit.csv").set_index(["method", "seed", "group"])
+    assert "## Fit on the training cases" in text and len(fit) == 2 * 2 * 2  # arms x seeds x minorities
+    assert fit.loc[("ERM", 3, "spina_bifida"), "training_mean"] == pytest.approx(70.0)
+    assert fit.loc[("Adaptive_f50_noIS_cap5", 3, "spina_bifida"), "training_mean"] == pytest.approx(73.0)
+    assert (record / "runs/seed_3/large_test.json").is_file()
+    assert (record / "runs/seed_4/arms/ERM/per_case_large_test.csv").is_file()
+    assert (record / "runs/seed_4/arms/ERM/per_case_training.csv").is_file()
+    assert bench.main(common + ["-o", str(record)]) == 0
+    for table in ("per_case_large_test.csv", "p10_intervals_large_test.csv", "training_fit.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(record / table), pd.read_csv(runs / table))
+
+
+def test_large_test_needs_the_trained_network(tmp_path):
+    """A record keeps no checkpoint: scoring a larger test set from it is refused, naming the folder."""
+    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+
+    ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
+    with pytest.raises(UserError, match="no checkpoint_final.pth to score the large_test cases"):
+        ws.score_further("ERM", "nnUNetTrainer_CPUBudget", "large_test", 992)
+
+
+@pytest.mark.parametrize("training, test, expected", [
+    # (training Dice, test Dice) of one group's hardest structure -> (training mean, test mean)
+    ([80.0, 90.0], [60.0, 70.0], (85.0, 65.0)),       # fitted, not generalised
+    ([70.0, 70.0], [70.0, 70.0], (70.0, 70.0)),       # as low on its own training cases
+    ([100.0, float("nan")], [50.0, 50.0], (100.0, 50.0)),  # NaN (no score) does not count
+])
+def test_training_fit_sets_training_beside_test(bench, training, test, expected):
+    def table(values, prefix):
+        return pd.DataFrame([dict(method="ERM", seed=0, case=f"{prefix}{k}", region="cerebellum", value=v,
+                                  condition="spina_bifida") for k, v in enumerate(values)])
+    fit = bench.training_fit(table(training, "tr"), table(test, "ts"), {"spina_bifida": "cerebellum",
+                                                                         "other": "intra_axial_csf"})
+    assert len(fit) == 1  # the "other" group has no cases here: no row
+    row = fit.iloc[0]
+    assert (row["training_mean"], row["test_mean"]) == pytest.approx(expected)
+    assert row["n_training"] == sum(v == v for v in training)
+    assert bench.training_fit_section(fit.iloc[:0]) == []
+
+
+@pytest.mark.slow
+def test_smoke_run_scores_further_cases_with_the_trained_network(bench, tmp_path, capsys):
+    """End to end through nnU-Net's CLIs: a one-epoch ERM run, then its network predicts a larger
+    test set drawn apart from the cohort and its own training cases; asking for another size of
+    larger test set in the same folder is refused."""
+    common = ["--seeds", "1", "--arms", "ERM", "--epochs", "1", "--iterations", "2", "--n-train", "10",
+              "--n-test", "6", "--size", "16", "-o", str(tmp_path)]
+    assert bench.main(common + ["--large-test", "3", "--training-fit"]) == 0
+    training = pd.read_csv(tmp_path / "runs" / "seed_0" / "arms" / "ERM" / "per_case_training.csv")
+    assert training["case"].nunique() == 10 and training["value"].between(0, 100).all()
+    assert "## Fit on the training cases" in (tmp_path / "summary.md").read_text()
+    seed = tmp_path / "runs" / "seed_0"
+    scored = pd.read_csv(seed / "arms" / "ERM" / "per_case_large_test.csv")
+    assert scored.groupby("condition")["case"].nunique().to_dict() == {"control": 3, "other": 3, "spina_bifida": 3}
+    assert set(scored["region"]) == {"white_matter", "intra_axial_csf", "cerebellum"}
+    assert scored["value"].between(0, 100).all()
+    main_cases = set(pd.read_csv(seed / "arms" / "ERM" / "per_case.csv")["case"])
+    assert len(main_cases) == 6 and json.loads((seed / "large_test.json").read_text())["seed"] == 1_000_000
+    assert "## On a larger test set" in (tmp_path / "summary.md").read_text()
+    capsys.readouterr()
+    assert bench.main(common + ["--large-test", "4"]) == 2
+    assert "larger test set was drawn as" in capsys.readouterr().err

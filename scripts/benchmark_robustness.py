@@ -245,17 +245,23 @@ def p10_interval_section(intervals: pd.DataFrame, confidence: float = 0.95) -> l
     """The markdown section of :func:`p10_intervals`; empty without rows."""
     if intervals.empty:
         return []
-    lines = ["## Is a seed's p10 difference more than the draw of test cases?", "",
-             f"Each arm's paired p10 difference to ERM on each minority group's hardest structure, per seed, "
-             f"with its {confidence:.0%} bootstrap interval over the test cases (pairs resampled together; both "
-             "trained networks fixed, so a second training run adds more noise). Resolved: + or - when the "
-             "whole interval is on that side of 0, 0 when it holds 0.", "",
-             "| arm | group | region | seed | n | Δp10 | interval | resolved |",
-             "|---|---|---|---:|---:|---:|---|:---:|"]
-    for _, r in intervals.iterrows():
-        lines.append(f"| {r['method']} | {r['group']} | {r['region']} | {r['seed']} | {r['n']} | {r['d_p10']:+.1f} | "
-                     f"[{r['low']:+.1f}, {r['high']:+.1f}] | {r['resolved']} |")
-    return lines + [""]
+    rows = [[r["method"], r["group"], r["region"], str(r["seed"]), str(r["n"]), f"{r['d_p10']:+.1f}",
+             f"[{r['low']:+.1f}, {r['high']:+.1f}]", r["resolved"]] for _, r in intervals.iterrows()]
+    return _table_section(
+        "## Is a seed's p10 difference more than the draw of test cases?",
+        f"Each arm's paired p10 difference to ERM on each minority group's hardest structure, per seed, with its "
+        f"{confidence:.0%} bootstrap interval over the test cases (pairs resampled together; both trained networks "
+        "fixed, so a second training run adds more noise). Resolved: + or - when the whole interval is on that side "
+        "of 0, 0 when it holds 0.",
+        ["arm", "group", "region", "seed", "n", "Δp10", "interval", "resolved"],
+        ["---", "---", "---", "---:", "---:", "---:", "---", ":---:"], rows)
+
+
+def _table_section(title: str, text: str, columns: Sequence[str], align: Sequence[str],
+                   rows: Sequence[Sequence[str]]) -> list[str]:
+    """A markdown section: title, one paragraph, one table."""
+    return [title, "", text, "", "| " + " | ".join(columns) + " |", "|" + "|".join(align) + "|",
+            *("| " + " | ".join(row) + " |" for row in rows), ""]
 
 
 def hardest_regions(summary: pd.DataFrame, baseline: str = BASELINE) -> dict[str, str]:
@@ -405,18 +411,18 @@ def training_fit_section(fit: pd.DataFrame) -> list[str]:
     """The markdown section of :func:`training_fit`; empty without rows."""
     if fit.empty:
         return []
-    lines = ["## Fit on the training cases", "",
-             "Each minority group's hardest structure scored by the same network on its own training cases "
-             "(`--training-fit`) and on the test cases. Where an arm that draws the group more often raises its "
-             "training Dice, and the test Dice with it, the group was under-fitted for being rare; a structure "
-             "that stays about as low on its own training cases under every arm is limited by something that "
-             "more draws do not change.", "",
-             "| arm | seed | group | region | training cases | training mean | training p10 | test mean | test p10 |",
-             "|---|---:|---|---|---:|---:|---:|---:|---:|"]
-    for _, r in fit.iterrows():
-        lines.append(f"| {r['method']} | {r['seed']} | {r['group']} | {r['region']} | {r['n_training']} | "
-                     f"{r['training_mean']:.1f} | {r['training_p10']:.1f} | {r['test_mean']:.1f} | {r['test_p10']:.1f} |")
-    return lines + [""]
+    rows = [[r["method"], str(r["seed"]), r["group"], r["region"], str(r["n_training"]),
+             *(f"{r[c]:.1f}" for c in ("training_mean", "training_p10", "test_mean", "test_p10"))]
+            for _, r in fit.iterrows()]
+    return _table_section(
+        "## Fit on the training cases",
+        "Each minority group's hardest structure scored by the same network on its own training cases "
+        "(`--training-fit`) and on the test cases. Where an arm that draws the group more often raises its "
+        "training Dice, and the test Dice with it, the group was under-fitted for being rare; a structure "
+        "that stays about as low on its own training cases under every arm is limited by something that "
+        "more draws do not change.",
+        ["arm", "seed", "group", "region", "training cases", "training mean", "training p10", "test mean",
+         "test p10"], ["---", "---:", "---", "---", "---:", "---:", "---:", "---:", "---:"], rows)
 
 
 def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFrame, settings: dict,

@@ -674,11 +674,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--large-test", type=int, default=0, metavar="N",
                         help="also score every finished arm of these seeds on N further test cases per group (an "
                              "independent draw of the generator; the trained networks are reused, nothing is "
-                             "retrained): a p10 of 20 cases is the mean of two. Default: 0 (off)")
+                             "retrained): a p10 of 20 cases interpolates between the 2nd and 3rd worst. "
+                             "--report-only reports what was scored before. Default: 0 (off)")
     parser.add_argument("--training-fit", action="store_true",
-                        help="also score every finished arm's network on its own training cases: a minority whose "
-                             "hardest structure scores as low on training as on test cases is not under-fitted for "
-                             "being rare, and drawing it more often cannot be expected to lift it")
+                        help="also score every finished arm's network on its own training cases: where an arm that "
+                             "draws a minority more often lifts its training Dice and the test follows, it was "
+                             "under-fitted for being rare; where the training Dice barely moves, more draws do not "
+                             "help it")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: make the tables from the stored results of the requested seeds/arms")
     parser.add_argument("--overwrite", action="store_true",

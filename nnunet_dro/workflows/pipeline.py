@@ -306,8 +306,8 @@ class Workspace:
         ``LARGE_TEST_SEED_OFFSET``) as raw dataset ``dataset_id`` (one placeholder training case,
         which nothing uses), once per folder; return its raw folder.
 
-        Twenty test cases per group make a p10 the mean of two cases: enough to see a large effect
-        and not a few points. The larger set measures the same trained networks again, with the
+        With twenty test cases per group a p10 interpolates between the second and third worst
+        case: enough to see a large effect, not a few points. The larger set measures the same trained networks again, with the
         test-case draw's share of the noise shrunk."""
         c = self.cohort
         wanted = {"per_group": per_group, "seed": c.seed + LARGE_TEST_SEED_OFFSET, "size": c.size,
@@ -335,10 +335,10 @@ class Workspace:
         ``arms/<ARM>/per_case_<cases>.csv`` and loaded from there after):
 
         - ``"large_test"``: the larger test set (:meth:`prepare_large_test` first, ``dataset_id``);
-        - ``"training"``: its own training cases. A group whose hardest structure scores as low on
-          the training cases as on the test cases is not under-fitted for being rare, and drawing
-          its cases more often cannot be expected to lift it; one that scores far higher on
-          training than on test is a matter of generalisation, not of draws."""
+        - ``"training"``: its own training cases. Read across arms: where an arm that draws a
+          group more often raises that group's Dice on its training cases and the test cases
+          follow, the group was under-fitted for being rare; where its training Dice barely moves,
+          more draws do not help it (the structure is hard in the image itself)."""
         stored = self.arm_folder(arm) / FURTHER_RESULTS[cases]
         if stored.is_file():
             return pd.read_csv(stored, dtype={"case": str})

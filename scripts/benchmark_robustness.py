@@ -728,6 +728,8 @@ def run(args: argparse.Namespace) -> int:
         if args.report_only and not folder.is_dir():
             continue
         ws = Workspace(folder, DATASET_ID, DATASET_NAME, cohort, echo=say)
+        if args.large_test and not args.report_only:
+            ws.prepare_large_test(args.large_test, LARGE_TEST_DATASET_ID)
         pending = [arm for arm in arms if not ws.finished(arm)]
         if pending and not args.report_only:
             say(f"[seed {seed} | {time.perf_counter() - started:6.0f} s] {folder}: to run {', '.join(pending)}")
@@ -750,7 +752,6 @@ def run(args: argparse.Namespace) -> int:
                 summary["all_learned_epoch"] = ws.all_learned_epoch(trainer)
             say(convergence_line(f"{arm} seed {seed}", summary))
             if args.large_test and not args.report_only:
-                ws.prepare_large_test(args.large_test, LARGE_TEST_DATASET_ID)
                 ws.score_further(arm, trainer, "large_test", LARGE_TEST_DATASET_ID, args.device)
             if args.training_fit and not args.report_only:
                 ws.score_further(arm, trainer, "training", device=args.device)

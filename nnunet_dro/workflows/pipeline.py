@@ -150,9 +150,7 @@ class Workspace:
             run_nnunet("nnUNetv2_plan_and_preprocess",
                        ["-d", str(self.dataset_id), "-c", CONFIGURATION, "-np", "2", "--verify_dataset_integrity"],
                        env, echo=None, log_file=self.log_file)
-        test_table = self.folder / "subgroups_test.tsv"
-        if not test_table.is_file():
-            write_text_atomic(test_table, subgroups[subgroups["split"] == "test"].to_csv(sep="\t", index=False))
+        write_split_table(subgroups, "test", self.folder / "subgroups_test.tsv")
         return subgroups
 
     def _preprocessed(self) -> bool:
@@ -322,10 +320,7 @@ class Workspace:
             run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(dataset_id), "-n", raw.name.split("_", 1)[1],
                             "--n-train", "1", "--n-test", str(per_group * 3), "--size", str(c.size),
                             "--seed", str(wanted["seed"]), "--overwrite"], self.env, self.log_file)
-        groups = self.folder / "subgroups_large_test.tsv"
-        if not groups.is_file():
-            table = read_subgroups(raw / SUBGROUPS_FILENAME)
-            write_text_atomic(groups, table[table["split"] == "test"].to_csv(sep="\t", index=False))
+        write_split_table(read_subgroups(raw / SUBGROUPS_FILENAME), "test", self.folder / "subgroups_large_test.tsv")
         write_text_atomic(record, json.dumps(wanted, indent=2))
         return raw
 
@@ -351,9 +346,7 @@ class Workspace:
         else:
             raw, split = self.raw, "Tr"
             groups = self.folder / "subgroups_training.tsv"
-            if not groups.is_file():
-                table = read_subgroups(raw / SUBGROUPS_FILENAME)
-                write_text_atomic(groups, table[table["split"] == "train"].to_csv(sep="\t", index=False))
+            write_split_table(read_subgroups(raw / SUBGROUPS_FILENAME), "train", groups)
         per_case = self._predict_and_score(arm, trainer, raw / f"images{split}", raw / f"labels{split}", groups,
                                            self.arm_folder(arm) / f"predictions_{cases}", device)
         write_text_atomic(stored, per_case.to_csv(index=False))
@@ -363,6 +356,13 @@ class Workspace:
         """The stored result of :meth:`score_further`, or None."""
         stored = self.arm_folder(arm) / FURTHER_RESULTS[cases]
         return pd.read_csv(stored, dtype={"case": str}) if stored.is_file() else None
+
+
+def write_split_table(subgroups: pd.DataFrame, split: str, path: Path) -> None:
+    """The subgroup rows of one split (``train``/``test``) as a tsv for ``nnunet_dro evaluate``,
+    written atomically once (an existing file is kept)."""
+    if not path.is_file():
+        write_text_atomic(path, subgroups[subgroups["split"] == split].to_csv(sep="\t", index=False))
 
 
 def training_summary(fold_dir: Path) -> dict:

@@ -379,13 +379,20 @@ def large_test_section(large: pd.DataFrame, runs: pd.DataFrame, hardest: dict[st
     counts = by_seed.groupby("group")["n"].max().reindex([g for g in _group_order(large) if g != "all"])
     seeds = sorted(set(large["seed"]))
     scored = runs[runs.set_index(["arm", "seed"]).index.isin(list(zip(large["method"], large["seed"])))]
+    paired = paired_comparison(large, by_seed)
     lines = ["## On a larger test set (the same trained networks)", "",
              f"Seeds {', '.join(map(str, seeds))}: every arm's final network scored on a further independent draw "
              "of the generator (" + ", ".join(f"{g} {n}" for g, n in counts.items()) + " cases; "
              "`--large-test`). ERM in Dice, the other arms as paired differences, as in the headline.", "",
-             *headline_table(summary_over_seeds(by_seed, arms), paired_comparison(large, by_seed), scored, hardest), ""]
+             *headline_table(summary_over_seeds(by_seed, arms), paired, scored, hardest), ""]
     section = p10_interval_section(intervals)
-    return lines + (["#" + section[0]] + section[1:] if section else [])
+    lines += ["#" + section[0]] + section[1:] if section else []
+    # The Dice targets again, judged on these cases; the training rules (collapsed and lost epochs)
+    # do not depend on the test cases and stay in the main "Targets" section.
+    verdicts = targets_check(by_seed, paired, scored.iloc[0:0], hardest)
+    if verdicts:
+        lines += ["### Dice targets on the larger test set", "", *(f"- {v}" for v in verdicts), ""]
+    return lines
 
 
 def training_fit(training: pd.DataFrame, test: pd.DataFrame, hardest: dict[str, str]) -> pd.DataFrame:

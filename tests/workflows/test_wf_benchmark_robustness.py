@@ -524,6 +524,10 @@ def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
     large = text[text.index("## On a larger test set"):]
     assert "control 40, spina_bifida 40, other 40 cases" in large
     assert "### Is a seed's p10 difference" in large
+    # the Dice targets judged again on the larger test set: +3 in every seed is under the +5 asked for
+    assert ("- Adaptive_f50_noIS_cap5: spina_bifida p10 on its hardest structure (cerebellum) +3.0 vs ERM [++] "
+            "-> not met") in large
+    assert "### Dice targets on the larger test set" in large and "collapsed epochs" not in large.split("## Fit")[0]
     intervals = pd.read_csv(runs / "p10_intervals_large_test.csv")
     # every minority case +3 in the DRO arm: the interval of each seed collapses onto +3
     assert intervals["d_p10"].to_numpy() == pytest.approx(3.0) and set(intervals["resolved"]) == {"+"}

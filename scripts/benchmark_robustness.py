@@ -386,7 +386,8 @@ def large_test_section(large: pd.DataFrame, runs: pd.DataFrame, hardest: dict[st
              "`--large-test`). ERM in Dice, the other arms as paired differences, as in the headline.", "",
              *headline_table(summary_over_seeds(by_seed, arms), paired, scored, hardest), ""]
     section = p10_interval_section(intervals)
-    lines += ["#" + section[0]] + section[1:] if section else []
+    if section:
+        lines += ["#" + section[0], *section[1:]]  # a subsection here
     # The Dice targets again, judged on these cases; the training rules (collapsed and lost epochs)
     # do not depend on the test cases and stay in the main "Targets" section.
     verdicts = targets_check(by_seed, paired, scored.iloc[0:0], hardest)

@@ -275,8 +275,9 @@ def hardest_regions(summary: pd.DataFrame, baseline: str = BASELINE) -> dict[str
     return out
 
 
-def _dice_verdicts(arm: str, p: pd.DataFrame, hardest: dict[str, str]) -> list[str]:
-    """The Dice targets of one arm, from its rows of the paired table indexed by (group, region)."""
+def _dice_verdicts(arm: str, paired: pd.DataFrame, hardest: dict[str, str]) -> list[str]:
+    """The Dice targets of one arm, from its rows of the paired table."""
+    p = paired[paired["method"] == arm].set_index(["group", "region"])
     lines = []
     for group, region in hardest.items():
         if (group, region) not in p.index:
@@ -322,8 +323,7 @@ def _paired_arms(paired: pd.DataFrame) -> list[str]:
 def dice_targets_check(paired: pd.DataFrame, hardest: dict[str, str]) -> list[str]:
     """The Dice targets alone, one sentence per arm and target (for further test sets: the stability
     targets are properties of the training runs, not of the cases they are scored on)."""
-    return [line for arm in _paired_arms(paired)
-            for line in _dice_verdicts(arm, paired[paired["method"] == arm].set_index(["group", "region"]), hardest)]
+    return [line for arm in _paired_arms(paired) for line in _dice_verdicts(arm, paired, hardest)]
 
 
 def targets_check(by_seed: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFrame, hardest: dict[str, str],
@@ -331,7 +331,7 @@ def targets_check(by_seed: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFram
     """One sentence per arm and target, by the rules stated in each sentence."""
     lines = []
     for arm in _paired_arms(paired):
-        lines += _dice_verdicts(arm, paired[paired["method"] == arm].set_index(["group", "region"]), hardest)
+        lines += _dice_verdicts(arm, paired, hardest)
         lines += _training_verdicts(arm, runs, baseline)
     return lines
 

@@ -133,6 +133,7 @@ from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTr
                                           nnUNetTrainerDROAdaptive_kappa1, nnUNetTrainerDROAdaptive_noIS,
                                           nnUNetTrainerDROAdaptive_warm50, nnUNetTrainerDROAdaptive_f25_noIS,
                                           nnUNetTrainerDROAdaptive_noIS_smooth25, nnUNetTrainerDROAdaptive_noIS_cap5,
+                                          nnUNetTrainerDROAdaptive_f25_noIS_cap5,
                                           nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS,
                                           nnUNetTrainerDROAdaptive_warm50_noIS,
                                           nnUNetTrainerDROAdaptive_untilLearned)
@@ -175,6 +176,10 @@ class nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget(CPUBudget, nnUNetTrainerD
 
 
 class nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noIS_cap5):
+    pass
+
+
+class nnUNetTrainerDROAdaptive_f25_noIS_cap5_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f25_noIS_cap5):
     pass
 
 
@@ -222,7 +227,7 @@ BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainer_CPUBudget_repeat", 
                    "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
                    "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget", "nnUNetTrainerDROAdaptive_f25_noIS_cap5_CPUBudget",
                    "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
                    "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget",
                    "nnUNetTrainerGroupBalanced_CPUBudget", "nnUNetTrainerGroupDRO_CPUBudget")

@@ -22,6 +22,7 @@ so their names mean what the evidence tables say:
 |----------------------------------|-------------------------------------------|---------------------|-----------|
 | nnUNetTrainerDROAdaptive         | 0.5                                       | off                 | 5 / n     |
 | nnUNetTrainerDROAdaptive_noIS_cap5 | 0.5 (the default's setting, by name)    | off                 | 5 / n     |
+| nnUNetTrainerDROAdaptive_f25_noIS_cap5 | 0.25 (the capped default made stronger) | off            | 5 / n     |
 | nnUNetTrainerDROAdaptive_noIS    | 0.5 (the default before held-out seeds)   | off                 | no cap    |
 | nnUNetTrainerDROAdaptive_f25     | 0.25 (most robust)                        | on                  | no cap    |
 | nnUNetTrainerDROAdaptive_f50     | 0.5                                       | on                  | no cap    |
@@ -127,6 +128,14 @@ class nnUNetTrainerDROAdaptive_noIS_cap5(nnUNetTrainerDROAdaptive_noIS):
     same robustness over the hardest tens of cases instead (balanced sampling's busiest minority
     case gets about 4 times uniform). The default's setting under an explicit name."""
     dro_max_weight = 5.0
+
+
+class nnUNetTrainerDROAdaptive_f25_noIS_cap5(nnUNetTrainerDROAdaptive_noIS_cap5):
+    """The default made stronger: the drawing distribution may shrink to a perplexity of a quarter
+    of the cases, still with no case above 5 / n. Near the cap's own limit (uniform over the hardest
+    n / 5 cases has perplexity n / 5), so p is close to the hardest fifth to quarter of the cases
+    drawn evenly: a label-free counterpart of balanced sampling."""
+    dro_fraction = 0.25
 
 
 class nnUNetTrainerDROAdaptive_f75_noIS(nnUNetTrainerDROAdaptive_noIS):

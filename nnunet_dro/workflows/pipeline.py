@@ -62,6 +62,7 @@ ARM_TRAINERS = {
     "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "Adaptive_f50_noIS_smooth25": "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
     "Adaptive_f50_noIS_cap5": "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget",  # = nnUNetTrainerDROAdaptive's default
+    "Adaptive_f25_noIS_cap5": "nnUNetTrainerDROAdaptive_f25_noIS_cap5_CPUBudget",  # the default, stronger
     "Adaptive_f75_noIS": "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
     "Adaptive_f90_noIS": "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
     "Adaptive_kappa1": "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",

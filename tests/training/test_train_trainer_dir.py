@@ -84,6 +84,7 @@ def test_variants_only_set_attributes_and_keep_nnunet_constructor_signature():
 ADAPTIVE_VARIANTS = {
     "nnUNetTrainerDROAdaptive": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_noIS_cap5": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_f25_noIS_cap5": (0.25, False, 5.0, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_noIS": (0.5, False, None, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_f25": (0.25, True, None, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_f50": (0.5, True, None, "perplexity", 0.0, 1.0, None),

@@ -15,8 +15,8 @@ Scale-free DRO (``beta_t`` re-solved so that the drawing distribution keeps a pe
 least ``f * n`` cases, ``beta_t <= 100``). Importance weights, where on, use the draw-time beta, are
 1 at a case's first draw and are self-normalised. The default is the setting that did best on the
 robustness benchmark's paper-sized cohort over seeds 0-4, and failed on held-out seed 5
-(docs/evidence.md); the variants keep the settings they were measured with (no probability cap),
-so their names mean what the evidence tables say:
+(docs/evidence.md); the variants keep the settings they were measured with (no probability cap
+unless ``cap5`` is in the name), so their names mean what the evidence tables say:
 
 | trainer                          | f (fraction of cases p stays spread over) | importance sampling | largest p |
 |----------------------------------|-------------------------------------------|---------------------|-----------|

@@ -25,7 +25,7 @@ from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTra
                                           nnUNetTrainerDROAdaptive_noIS_smooth25, nnUNetTrainerDROAdaptive_f90_noIS,
                                           nnUNetTrainerDROAdaptive_warm50_noIS, nnUNetTrainerDROAdaptive_noIS_cap5,
                                           nnUNetTrainerDROAdaptive_f25_noIS_cap5,
-                                          nnUNetTrainerDROAdaptive_untilLearned)
+                                          nnUNetTrainerDROAdaptive_untilLearned, nnUNetTrainerDROAdaptive_noGuard)
 from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
                                         nnUNetTrainerDROAdaptive_CPUBudget, nnUNetTrainerDROAdaptive_f25_CPUBudget,
                                         nnUNetTrainerDROAdaptive_f50_CPUBudget,
@@ -41,7 +41,8 @@ from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDR
                                         nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget,
                                         nnUNetTrainerGroupBalanced_CPUBudget, nnUNetTrainerGroupDRO_CPUBudget,
                                         nnUNetTrainer_CPUBudget_repeat,
-                                        nnUNetTrainerDROAdaptive_untilLearned_CPUBudget)
+                                        nnUNetTrainerDROAdaptive_untilLearned_CPUBudget,
+                                        nnUNetTrainerDROAdaptive_noGuard_CPUBudget)
 
 __all__ = [
     "DRO_STATE_KEY",
@@ -65,6 +66,7 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_warm50",
     "nnUNetTrainerDROAdaptive_warm50_noIS",
     "nnUNetTrainerDROAdaptive_untilLearned",
+    "nnUNetTrainerDROAdaptive_noGuard",
     "nnUNetTrainer_CPUBudget",
     "nnUNetTrainer_CPUBudget_repeat",
     "nnUNetTrainerDRO_CPUBudget",
@@ -86,6 +88,7 @@ __all__ = [
     "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
     "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
     "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget",
+    "nnUNetTrainerDROAdaptive_noGuard_CPUBudget",
     "nnUNetTrainerConfigurableSGD",
     "nnUNetTrainerDRO",
     "nnUNetTrainerDRO_beta10",

@@ -136,7 +136,7 @@ from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTr
                                           nnUNetTrainerDROAdaptive_f25_noIS_cap5,
                                           nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS,
                                           nnUNetTrainerDROAdaptive_warm50_noIS,
-                                          nnUNetTrainerDROAdaptive_untilLearned)
+                                          nnUNetTrainerDROAdaptive_untilLearned, nnUNetTrainerDROAdaptive_noGuard)
 
 
 class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
@@ -207,6 +207,10 @@ class nnUNetTrainerDROAdaptive_untilLearned_CPUBudget(CPUBudget, nnUNetTrainerDR
     pass
 
 
+class nnUNetTrainerDROAdaptive_noGuard_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noGuard):
+    pass
+
+
 from nnunet_dro.training.cohort import nnUNetTrainerGroupBalanced, nnUNetTrainerGroupDRO  # noqa: E402
 
 
@@ -229,5 +233,5 @@ BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainer_CPUBudget_repeat", 
                    "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
                    "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget", "nnUNetTrainerDROAdaptive_f25_noIS_cap5_CPUBudget",
                    "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget",
+                   "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget", "nnUNetTrainerDROAdaptive_noGuard_CPUBudget",
                    "nnUNetTrainerGroupBalanced_CPUBudget", "nnUNetTrainerGroupDRO_CPUBudget")

@@ -130,7 +130,8 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
     ``history`` holds equal-length lists under ``epoch`` and any of ``beta``,
     ``perplexity_fraction``, ``ess_fraction``, ``effective_sample_size``, ``max_probability`` and
     ``clipped_fraction`` (NaN when importance sampling is off); missing series are left empty
-    (histories of earlier releases have no beta or perplexity).
+    (histories of earlier releases have no beta or perplexity). Epochs with a true ``backed_off``
+    (the stability guard sampled uniformly) are shaded in every panel.
     """
     import matplotlib
     matplotlib.use("agg")
@@ -171,6 +172,7 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
     group_weights = per_group("group_weights", as_share=False)
     if group_weights:
         panels.append(("group DRO weight q per group", group_weights, None))
+    backoff_spans = _true_spans(epochs, history.get("backed_off"))
     # nnU-Net's logger switches seaborn's large-font style on globally: draw in matplotlib's default
     with plt.style.context("default"):
         fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3 * len(panels)), sharex=True)
@@ -185,7 +187,10 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
                         transform=ax.transAxes, ha="center")
             if reference is not None:
                 ax.axhline(reference, color="grey", ls="--", label="uniform sampling")
-            if drawn or reference is not None:
+            for i, (start, stop) in enumerate(backoff_spans):
+                ax.axvspan(start, stop, color="tab:red", alpha=0.15,
+                           label="stability guard: uniform sampling" if i == 0 else None)
+            if drawn or reference is not None or backoff_spans:
                 ax.legend(loc="best", fontsize=9)
             ax.set_title(title, fontsize=11)
             ax.grid(alpha=0.3)
@@ -198,3 +203,23 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
                 fig.savefig(tmp, format="png")
         finally:
             plt.close(fig)
+
+
+def _true_spans(epochs: Sequence, flags: Sequence | None) -> list[tuple[float, float]]:
+    """``(start, stop)`` x-ranges covering the runs of epochs whose flag is true (each epoch drawn
+    as ``[e - 0.5, e + 0.5]``); none when the flags are missing or of another length.
+
+    >>> _true_spans([0, 1, 2, 3, 4], [False, True, True, None, True])
+    [(0.5, 2.5), (3.5, 4.5)]
+    """
+    if flags is None or len(flags) != len(epochs):
+        return []
+    spans: list[tuple[float, float]] = []
+    for epoch, flag in zip(epochs, flags):
+        if not flag:
+            continue
+        if spans and spans[-1][1] == epoch - 0.5:
+            spans[-1] = (spans[-1][0], epoch + 0.5)
+        else:
+            spans.append((epoch - 0.5, epoch + 0.5))
+    return spans

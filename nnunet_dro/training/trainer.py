@@ -63,7 +63,9 @@ from nnunet_dro.training.hardness_report import (GROUPS_CSV, HARDNESS_CSV, PROGR
 from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloaders, checkpoint_contents,
                                                read_checkpoint, save_checkpoint_atomic)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
-from nnunet_dro.training.stability import all_learned, learning_time_line, pseudo_dice_history, stability_line
+from nnunet_dro.training.guard import RECOVER, GuardEvent, check_guard_settings, escalated_fraction, replay_guard
+from nnunet_dro.training.stability import (LEARNED, THRESHOLD, all_learned, learning_time_line, pseudo_dice_history,
+                                           stability_line)
 from nnunet_dro.weighting import (AdaptiveHardnessWeighting, CaseWeighting, Chi2HardnessWeighting, FixedWeighting,
                                   GroupBalancedWeighting, GroupDROWeighting, HardnessWeighting, ImportanceWeights,
                                   KLReweighting)
@@ -76,7 +78,8 @@ DEFAULT_INIT_LOSS = 100.0
 
 HISTORY_KEYS = ("epoch", "entropy", "max_entropy", "perplexity_fraction", "effective_sample_size", "ess_fraction",
                 "max_probability", "beta", "clipped_fraction", "mean_raw_weight", "max_raw_weight", "num_weights",
-                "robust_loss", "mean_stale_loss", "num_skipped", "hardest", "group_draws", "group_weights")
+                "robust_loss", "mean_stale_loss", "num_skipped", "hardest", "group_draws", "group_weights", "backed_off",
+                "fraction")
 #: Case-weighting schemes a trainer can name in ``dro_scheme``.
 SCHEMES = ("kl", "kl_adaptive", "chi2", "kl_reweight", "case_weights", "group_balanced", "group_dro")
 #: Schemes whose weighting comes from a table of the user's (read before training starts).
@@ -207,6 +210,11 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
       the first epoch at whose end every structure's pseudo-Dice (nnU-Net's online validation) is at
       least this value, robust weighting from the next epoch on (None: off). A run whose last
       structures are learned late gets robust weighting late, or never: it then trains exactly as ERM.
+    - ``dro_guard`` (adaptive scheme only): the stability guard (:mod:`nnunet_dro.training.guard`):
+      uniform sampling from the epoch after a learned structure's pseudo-Dice (once >= 0.5) fell
+      below 0.05 until every lost structure is back to ``dro_guard_recover`` (0.5) of its best;
+      with ``dro_guard_escalate``, each back-off after the first returns with ``f`` halfway closer
+      to 1. Every decision is logged (``DRO guard: ...``) and shaded in ``dro_progress.png``.
     - ``dro_loss_smoothing``: ``L_i <- L_i + s (l_i - L_i)``; 1 replaces (the paper).
     - ``dro_init_loss``: ``L_init`` (None: 100, above any per-case Dice + CE of nnU-Net, so every
       case is drawn once before hardness takes over).
@@ -223,6 +231,9 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     dro_max_weight: Optional[float] = None
     dro_uniform_until: float = 0.0
     dro_uniform_until_learned: Optional[float] = None
+    dro_guard: bool = False
+    dro_guard_recover: float = RECOVER
+    dro_guard_escalate: bool = True
     dro_warmup: bool = False
     dro_importance_sampling: bool = True
     dro_clip: Tuple[float, float] = (0.1, 10.0)
@@ -302,7 +313,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         is told at start rather than trained as something it did not ask for."""
         if scheme == "kl_adaptive":
             return
-        for name in ("dro_uniform_until", "dro_uniform_until_learned"):
+        for name in ("dro_uniform_until", "dro_uniform_until_learned", "dro_guard"):
             value = getattr(self, name)
             if value != getattr(nnUNetTrainerCaseWeighting, name):  # the class default is "off"
                 raise RuntimeError(f"{type(self).__name__}.{name} = {value!r} only acts with dro_scheme "
@@ -331,6 +342,11 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         self.dro_case_ids = sorted(str(c) for c in case_ids)
         self._dro_index_of = {c: i for i, c in enumerate(self.dro_case_ids)}
         self._check_erm_phase_attributes(self.scheme)  # here, so an overridden build_case_weighting keeps it
+        if self.dro_guard:
+            try:
+                check_guard_settings(LEARNED, THRESHOLD, float(self.dro_guard_recover))
+            except ValueError as e:
+                raise RuntimeError(f"{type(self).__name__}.dro_guard_recover: {e}") from None
         self.case_weighting = self.build_case_weighting(len(self.dro_case_ids))
 
     def _close_case_weighting(self) -> None:
@@ -432,6 +448,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         if self.local_rank == 0:
             self.print_to_log_file("DRO " + stability_line(history))
         self._release_when_learned(history)
+        self._apply_guard(history, announce=True)
         if self.dro_write_report_every_epoch:
             self.write_hardness_report(redraw_now=False)
 
@@ -444,6 +461,12 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                 pseudo_dice_history(self), self.num_epochs,
                 advice="robust weighting draws hard cases more and so leaves fewer draws for what every case "
                        "still lacks: consider more epochs"))
+            if self.dro_guard:
+                state, _ = self._replay_guard(pseudo_dice_history(self))
+                self.print_to_log_file(f"DRO guard: {state.backoffs} back-off(s) to uniform sampling, "
+                                       f"{len(state.backed_off_epochs)} of {self.num_epochs} epochs sampled uniformly"
+                                       + (f" (epochs {_epoch_ranges(state.backed_off_epochs)})"
+                                          if state.backed_off_epochs else ""))
         self.write_hardness_report()
         if self.case_weighting is not None:
             # keep the final state for any later save_checkpoint; release the shared memory
@@ -461,6 +484,51 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             weighting.release()
             self.print_to_log_file(f"DRO: every structure's pseudo-Dice >= {float(threshold):g} at epoch "
                                    f"{self.current_epoch - 1}: robust weighting from epoch {self.current_epoch} on")
+
+    def _replay_guard(self, history: list):
+        return replay_guard(history, LEARNED, THRESHOLD, float(self.dro_guard_recover))
+
+    def _apply_guard(self, history: list, announce: bool) -> None:
+        """Put the stability guard's state for the next epoch into the weighting (a pure function of
+        the logged pseudo-Dice, so a resumed run gets the same state) and log the decision taken at
+        the end of the epoch that just ended (every rank sees the same gathered pseudo-Dice)."""
+        if not self.dro_guard or self.case_weighting is None:
+            return
+        state, events = self._replay_guard(history)
+        fraction = escalated_fraction(self.dro_fraction, state.backoffs) if self.dro_guard_escalate \
+            else float(self.dro_fraction)
+        self.case_weighting.set_backoff(state.backed_off, fraction)
+        if not announce or self.local_rank != 0:
+            return
+        for event in events:
+            if event.epoch == len(history) - 1:
+                self.print_to_log_file(self._guard_message(event, fraction))
+
+    def _guard_message(self, event: GuardEvent, fraction: float) -> str:
+        names = self._structure_names()
+        what = ", ".join(f"{names[i] if i < len(names) else f'structure {i + 1}'} (pseudo-Dice {d:.3f}, best {b:.3f})"
+                         for i, d, b in zip(event.structures, event.dice, event.best))
+        if event.kind == "back-off":
+            return (f"DRO guard: learned structure lost at epoch {event.epoch}: {what}; back-off {event.backoffs}: "
+                    f"uniform sampling (ERM) from epoch {event.epoch + 1} until it is back to "
+                    f"{float(self.dro_guard_recover):g} of its best")
+        return (f"DRO guard: recovered at epoch {event.epoch}: {what}; robust weighting again from epoch "
+                f"{event.epoch + 1} with f = {fraction:g}")
+
+    def _structure_names(self) -> List[str]:
+        """The names of the structures nnU-Net's pseudo-Dice lists, in its order (dataset.json's
+        label names; a region is named by the label whose value it is)."""
+        lm = self.label_manager
+        by_value = {}
+        for name, value in self.dataset_json.get("labels", {}).items():
+            key = tuple(value) if isinstance(value, (list, tuple)) else (int(value),)
+            by_value.setdefault(key, name)
+        structures = lm.foreground_regions if lm.has_regions else lm.foreground_labels
+        out = []
+        for s in structures:
+            key = tuple(s) if isinstance(s, (list, tuple)) else (int(s),)
+            out.append(by_value.get(key, str(s)))
+        return out
 
     def write_hardness_report(self, redraw_now: bool = True) -> None:
         """Write ``dro_hardness.csv`` and ``dro_progress.png`` to the fold folder (rank 0 only); with
@@ -524,6 +592,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                                f"{self.case_weighting.scheme!r}; resume with the trainer that wrote it")
         self.case_weighting.load_state_dict(weighting_state)
         self._dro_history = {k: list(state.get("history", {}).get(k, [])) for k in HISTORY_KEYS}
+        self._apply_guard(pseudo_dice_history(self), announce=False)  # the guard's state for the next epoch
         self.print_to_log_file(f"DRO: restored the case-weighting state of {len(self.dro_case_ids)} cases from the "
                                f"checkpoint")
 
@@ -535,6 +604,17 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         state = dict(state)
         state["history"] = {k: [history[k][i] for i in keep] if k in history else [] for k in HISTORY_KEYS}
         return state
+
+
+def _epoch_ranges(epochs: Sequence[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    runs: List[List[int]] = []
+    for e in epochs:
+        if runs and e == runs[-1][-1] + 1:
+            runs[-1].append(e)
+        else:
+            runs.append([e])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
 
 
 class nnUNetTrainerDRO(nnUNetTrainerCaseWeighting):
@@ -581,3 +661,4 @@ class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
     dro_max_weight = 5.0
     dro_is_first_draw_one = True
     dro_is_self_normalise = True
+    dro_guard = True

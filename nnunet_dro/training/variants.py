@@ -35,6 +35,7 @@ unless ``cap5`` is in the name), so their names mean what the evidence tables sa
 | nnUNetTrainerDROAdaptive_warm50  | 0.5 after uniform sampling (ERM) for the first half of the epochs | on | no cap |
 | nnUNetTrainerDROAdaptive_warm50_noIS | 0.5 after the same uniform first half             | off         | no cap    |
 | nnUNetTrainerDROAdaptive_untilLearned | 0.5 after uniform sampling until every structure's pseudo-Dice >= 0.2 | off | 5 / n |
+| nnUNetTrainerDROAdaptive_noGuard | 0.5, without the stability guard | off | 5 / n |
 | nnUNetTrainerDROAdaptive_kappa1  | the paper's rule of thumb instead: beta = 1 / std(L), <= 100 | off  | no cap    |
 
 Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's
@@ -182,3 +183,9 @@ class nnUNetTrainerDROAdaptive_untilLearned(nnUNetTrainerDROAdaptive):
     every structure passed 0.2 within 0-8 epochs of all having passed 0.05, while 0.5 was never
     reached by one structure (deep grey matter) in a converged ERM run."""
     dro_uniform_until_learned = ALL_LEARNED  # 0.2
+
+
+class nnUNetTrainerDROAdaptive_noGuard(nnUNetTrainerDROAdaptive):
+    """The default without its stability guard (``dro_guard = False``): robust weighting goes on
+    while a learned structure is lost. The measurement arm of the guard (docs/evidence.md)."""
+    dro_guard = False

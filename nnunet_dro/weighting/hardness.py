@@ -212,6 +212,10 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
     learned, whenever that happens within the budget), and stays released. The flag is part of
     the state, so a resumed run continues in the phase it was in.
 
+    :meth:`set_backoff`: the stability guard's lever (``nnunet_dro.training.guard``): uniform
+    sampling while backed off, and the fraction ``f`` robust weighting returns with. Both are
+    part of the state and of :meth:`epoch_stats` (``backed_off``, ``fraction``).
+
     >>> w = AdaptiveHardnessWeighting(8, fraction=0.5, init_loss=np.linspace(0.1, 0.8, 8))
     >>> round(float(np.exp(w.epoch_stats()["entropy"])) / 8, 6)
     0.5
@@ -241,6 +245,7 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         self.fraction, self.beta_max, self.rule, self.kappa = float(fraction), float(beta_max), rule, float(kappa)
         self.uniform_until = float(uniform_until)
         self.held_uniform = bool(hold_uniform)
+        self.backed_off = False
         self.adapt_every = max(1, int(num_cases) // 256) if adapt_every is None else max(1, int(adapt_every))
         self._updates_since_solve = 0
         super().__init__(num_cases, beta=beta_max, init_loss=init_loss, importance=importance, seed=seed,
@@ -251,7 +256,30 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
     def in_uniform_phase(self) -> bool:
         """True while training progress is below ``uniform_until`` or the weighting is held
         uniform (ERM phase)."""
-        return self.held_uniform or self.progress < self.uniform_until
+        return self.held_uniform or self.backed_off or self.progress < self.uniform_until
+
+    def set_backoff(self, backed_off: bool, fraction: float | None = None) -> bool:
+        """Sample uniformly (``backed_off``) or not, and set the fraction ``f`` of robust weighting
+        (None: unchanged); beta is re-solved if anything changed. Returns True if it did.
+
+        >>> w = AdaptiveHardnessWeighting(4, init_loss=[0.1, 0.2, 0.3, 0.9])
+        >>> w.set_backoff(True), round(float(w.probabilities().max()), 9)
+        (True, 0.25)
+        >>> w.set_backoff(False, 0.75), w.fraction, w.set_backoff(False, 0.75)
+        (True, 0.75, False)
+        >>> w.close()
+        """
+        fraction = self.fraction if fraction is None else float(fraction)
+        if not (0.0 < fraction <= 1.0):
+            raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
+        changed = bool(backed_off) != self.backed_off or fraction != self.fraction
+        if changed:
+            self.backed_off, self.fraction = bool(backed_off), fraction
+            self.resolve_beta()
+        return changed
+
+    def epoch_stats(self, k: int = 5) -> dict[str, Any]:
+        return {**super().epoch_stats(k), "backed_off": self.backed_off, "fraction": self.fraction}
 
     def release(self) -> None:
         """End the ``hold_uniform`` phase (robust weighting from the next draw on); idempotent."""
@@ -307,6 +335,8 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
             text += f"; uniform sampling (ERM) for the first {100 * self.uniform_until:g}% of training"
         if self.held_uniform:
             text += "; uniform sampling (ERM) until released"
+        if self.backed_off:
+            text += "; backed off to uniform sampling (ERM) by the stability guard"
         return text
 
     def robust_loss(self) -> float:
@@ -320,7 +350,8 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "adaptive_beta": self.current_beta, "loss_ceiling": self.sampler.ceiling,
-                "updates_since_solve": self._updates_since_solve, "held_uniform": self.held_uniform}
+                "updates_since_solve": self._updates_since_solve, "held_uniform": self.held_uniform,
+                "backed_off": self.backed_off, "fraction": self.fraction}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores the beta in force; a fixed-beta run's state (no ``adaptive_beta``) gets its beta
@@ -330,6 +361,8 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         super().load_state_dict({"sampler": sampler_state, "weight_scale": state.get("weight_scale", 1.0)})
         # states written before the hold existed were never held
         self.held_uniform = bool(state.get("held_uniform", False))
+        self.backed_off = bool(state.get("backed_off", False))
+        self.fraction = float(state.get("fraction", self.fraction))
         beta = state.get("adaptive_beta")
         ceiling = float(state.get("loss_ceiling", math.inf))
         if beta is not None and math.isfinite(beta) and beta > 0 and not math.isnan(ceiling):

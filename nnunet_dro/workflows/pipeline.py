@@ -70,6 +70,8 @@ ARM_TRAINERS = {
     "Adaptive_warm50_noIS": "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
     # the default after uniform sampling until every structure is learned
     "Adaptive_untilLearned": "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget",
+    # the default without its stability guard (the guard's measurement)
+    "Adaptive_noGuard": "nnUNetTrainerDROAdaptive_noGuard_CPUBudget",
     # label-aware comparison arms: they read the cohort's subgroups.tsv (grouped by condition)
     "GroupBalanced": "nnUNetTrainerGroupBalanced_CPUBudget",
     "GroupDRO": "nnUNetTrainerGroupDRO_CPUBudget",

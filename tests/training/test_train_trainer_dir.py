@@ -98,6 +98,7 @@ ADAPTIVE_VARIANTS = {
     "nnUNetTrainerDROAdaptive_warm50_noIS": (0.5, False, None, "perplexity", 0.5, 1.0, None),
     "nnUNetTrainerDROAdaptive_kappa1": (0.5, False, None, "spread", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_untilLearned": (0.5, False, 5.0, "perplexity", 0.0, 1.0, 0.2),
+    "nnUNetTrainerDROAdaptive_noGuard": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
 }
 
 

@@ -59,6 +59,18 @@ class nnUNetTrainerDROAdaptive_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
     pass
 
 
+class nnUNetTrainerDROAdaptive_guard_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
+    """The default (its stability guard on) with a scripted pseudo-Dice: DRO_TEST_FORCED_DICE holds
+    one value per epoch (';'-separated) that replaces every structure's logged pseudo-Dice after
+    nnU-Net's own validation of that epoch, so a test can make a learned structure 'lost'."""
+
+    def on_validation_epoch_end(self, val_outputs):
+        super().on_validation_epoch_end(val_outputs)
+        script = [float(v) for v in os.environ['DRO_TEST_FORCED_DICE'].split(';')]
+        logged = self.logger.local_logger.my_fantastic_logging['dice_per_class_or_region']
+        logged[-1] = [script[min(self.current_epoch, len(script) - 1)]] * len(logged[-1])
+
+
 class nnUNetTrainerDROAdaptive_untilLearned_e2eTest(TestSize, nnUNetTrainerDROAdaptive_untilLearned):
     dro_uniform_until_learned = 0.0  # any finite pseudo-Dice counts as learned: released after epoch 0
 

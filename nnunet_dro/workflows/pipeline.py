@@ -389,6 +389,10 @@ def training_summary(fold_dir: Path) -> dict:
         if values.size:
             out[f"dro_{key}_last"] = float(values[-1])
             out[f"dro_{key}_mean"] = float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+    backed_off = [bool(v) for v in history.get("backed_off", []) if v is not None]
+    if backed_off:  # the stability guard of the adaptive trainers
+        out["guard_backoffs"] = int(sum(b and not a for a, b in zip([False] + backed_off, backed_off)))
+        out["guard_uniform_epochs"] = int(sum(backed_off))
     if history.get("beta"):
         out["dro_robust_from_epoch"] = robust_from_epoch(history["beta"], history.get("epoch"))
     return out
@@ -425,10 +429,12 @@ def convergence_line(arm: str, summary: Mapping) -> str:
             f"{summary.get('lost_epochs', '?')} with a learned structure lost; "
             + (f"{learning_time_text(summary['all_learned_epoch'], summary.get('epochs', 0))}; "
                if "all_learned_epoch" in summary else "")
+            + (f"stability guard: {summary['guard_backoffs']} back-off(s), {summary['guard_uniform_epochs']} "
+               f"epochs sampled uniformly; " if summary.get("guard_backoffs") is not None else "")
             + f"trained in {summary.get('train_seconds', float('nan')):.0f} s")
 
 
-_PROGRESS_MARKERS = ("Epoch ", "train_loss", "val_loss", "Pseudo dice", "Epoch time", "DRO:",
+_PROGRESS_MARKERS = ("Epoch ", "train_loss", "val_loss", "Pseudo dice", "Epoch time", "DRO:", "DRO guard",
                      "Error", "error", "Traceback", "Training done", "Predicting", "Done with")
 
 

@@ -18,7 +18,7 @@ setup(
     install_requires=[
         # 2.8.x: we rely on its nnUNet_extTrainer lookup and on its trainer/loss internals.
         "nnunetv2>=2.8.1,<2.9",
-        "torch",
+        "torch>=2.1.2",  # a lower bound only: never replace the torch a GPU machine already has
         "SimpleITK",
         "nibabel",
         "batchgenerators",

@@ -27,8 +27,8 @@ from typing import Callable
 
 import pandas as pd
 
-from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, GROUP_COLUMN, REGIONS, Budget, Cohort, Workspace,
-                                           convergence_line, progress_filter)
+from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, GROUP_COLUMN, MAJORITY_GROUP, MINORITY_GROUPS, REGIONS,
+                                           Budget, Cohort, Workspace, convergence_line, progress_filter)
 
 DATASET_ID = 990
 DATASET_NAME = "SyntheticFetalDemo"
@@ -84,9 +84,45 @@ def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Bud
     for method, summary in summaries.items():
         echo(convergence_line(f"{method} ({summary['trainer']})", summary))
     _print_hardest(ws.fold_folder(ARM_TRAINERS[DEMO_ARMS["DRO"]]), subgroups, echo)
-    echo(f"\nDone in {time.perf_counter() - started:.0f} s. Report, tables and box plots: {out / 'evaluation'}")
-    echo(f"nnU-Net's output: {ws.log_file}")
+    echo(f"\nDone in {time.perf_counter() - started:.0f} s. nnU-Net's output: {ws.log_file}")
+    echo("")
+    for line in headline_lines(result.summary, out / "evaluation"):
+        echo(line)
     return result
+
+
+def headline_lines(summary: pd.DataFrame, report: Path) -> list[str]:
+    """The three lines a demo user came for: each minority's hardest structure (its lowest ERM
+    mean) with every arm's p10, the majority's mean per region for every arm, and the report.
+
+    >>> rows = [("ERM", "other", "csf", 70.0, 60.0), ("DRO", "other", "csf", 75.0, 68.5),
+    ...         ("ERM", "other", "wm", 90.0, 85.0), ("DRO", "other", "wm", 90.0, 84.0),
+    ...         ("ERM", "control", "csf", 92.0, 88.0), ("DRO", "control", "csf", 91.8, 88.0)]
+    >>> table = pd.DataFrame(rows, columns=["method", "group", "region", "mean", "p10"])
+    >>> table["group_column"], table["metric"] = GROUP_COLUMN, "dice"
+    >>> print("\\n".join(headline_lines(table, Path("report"))))
+    minority p10 (Dice of the worst tenth), hardest structure: other csf: ERM 60.0, DRO 68.5
+    majority (control) mean Dice: ERM csf 92.0; DRO csf 91.8
+    report, tables and box plots: report
+    """
+    dice = summary[(summary["group_column"] == GROUP_COLUMN) & (summary["metric"] == "dice")]
+    methods = list(dict.fromkeys(dice["method"]))
+    first = methods[0] if methods else None
+    minority = []
+    for group in MINORITY_GROUPS:
+        rows = dice[dice["group"] == group]
+        if rows.empty:
+            continue
+        hardest = rows[rows["method"] == first].sort_values("mean")["region"].iloc[0]
+        p10 = rows[rows["region"] == hardest].set_index("method")["p10"]
+        minority.append(f"{group} {hardest}: " + ", ".join(f"{m} {p10[m]:.1f}" for m in methods if m in p10))
+    controls = dice[dice["group"] == MAJORITY_GROUP]
+    majority = "; ".join(f"{m} " + " / ".join(f"{r} {v:.1f}" for r, v in
+                                                controls[controls["method"] == m][["region", "mean"]].values)
+                         for m in methods)
+    return [f"minority p10 (Dice of the worst tenth), hardest structure: {'; '.join(minority) or 'no minority group'}",
+            f"majority ({MAJORITY_GROUP}) mean Dice: {majority or 'no majority group'}",
+            f"report, tables and box plots: {report}"]
 
 
 def _counts(table: pd.DataFrame) -> str:

@@ -11,7 +11,7 @@ from nnunet_dro.cli import build_parser
 
 SHARED = {
     ("evaluate", "ensemble"): ["-ref", "-groups", "--group-by", "--case-column", "-regions", "--metrics",
-                               "--percentiles", "--empty", "--strict"],
+                               "--percentiles", "--empty", "--strict", "--allow-mismatch"],
     ("convert-feta", "convert-brats19", "make-synthetic"): ["-d", "--overwrite"],
     ("convert-feta", "convert-brats19"): ["--test-cases", "--test-fraction", "--seed"],
 }

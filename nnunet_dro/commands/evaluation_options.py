@@ -4,7 +4,8 @@ One function per group of options, so both commands spell, explain and default t
 
 - :func:`add_reference_argument`: ``-ref``;
 - :func:`add_group_arguments`: ``-groups``, ``--group-by``, ``--case-column`` (the subgroup table);
-- :func:`add_scoring_arguments`: ``-regions``, ``--metrics``, ``--percentiles``, ``--empty``, ``--strict``;
+- :func:`add_scoring_arguments`: ``-regions``, ``--metrics``, ``--percentiles``, ``--empty``, ``--strict`` /
+  ``--allow-mismatch``;
 - :func:`evaluation_options`: the keyword arguments of :func:`nnunet_dro.evaluation.api.evaluate`
   that these options give.
 
@@ -14,7 +15,7 @@ One function per group of options, so both commands spell, explain and default t
 >>> args = parser.parse_args(["-ref", "labelsTs", "--group-by", "condition", "--percentiles", "10"])
 >>> sorted(evaluation_options(args).items())  # doctest: +NORMALIZE_WHITESPACE
 [('case_column', 'case'), ('empty', 'one'), ('group_by', ['condition']), ('groups', None),
- ('metrics', ['dice']), ('percentiles', [10.0]), ('regions', None), ('strict', False)]
+ ('metrics', ['dice']), ('percentiles', [10.0]), ('regions', None), ('strict', True)]
 """
 from __future__ import annotations
 
@@ -46,10 +47,12 @@ def add_group_arguments(parser: Container) -> None:
 
 
 def add_scoring_arguments(parser: Container) -> None:
-    """``-regions SPEC``, ``--metrics``, ``--percentiles``, ``--empty``, ``--strict``."""
+    """``-regions SPEC``, ``--metrics``, ``--percentiles``, ``--empty``, ``--strict`` / ``--allow-mismatch``."""
     parser.add_argument("-regions", type=str, default=None, metavar="SPEC",
                         help="feta | brats | brats-nnunet | PATH/dataset.json | \"NAME=l1,l2;NAME=l3\". "
-                             "Default: each foreground label found in the references")
+                             "Default: the labels (or regions) of the dataset.json beside the reference folder "
+                             "(an nnU-Net dataset's labelsTr/labelsTs), named as there; without one, each "
+                             "foreground label found in the references. A preset must fit that dataset.json")
     parser.add_argument("--metrics", type=str, nargs="+", default=["dice"], choices=["dice", "hd95", "vs"],
                         help="metrics: dice (%%), hd95 (mm), vs (volume similarity, %%). Default: dice")
     parser.add_argument("--percentiles", type=percentile, nargs="+", default=[25, 10, 5], metavar="Q",
@@ -57,12 +60,20 @@ def add_scoring_arguments(parser: Container) -> None:
     parser.add_argument("--empty", type=str, default="one", choices=["one", "nan"],
                         help="region empty in both reference and prediction: one = Dice 100 (BraTS convention, "
                              "default), nan = left out of the statistics (nnU-Net's convention)")
-    parser.add_argument("--strict", action="store_true",
-                        help="a region whose labels occur in no reference file is an error, not a warning")
+    strictness = parser.add_mutually_exclusive_group()
+    strictness.add_argument("--strict", action="store_true",
+                            help="the default, kept for scripts: a region whose labels occur in no reference "
+                                 "file, or a preset that does not fit the dataset.json beside the references, "
+                                 "is an error")
+    strictness.add_argument("--allow-mismatch", action="store_true",
+                            help="for experts: go on with a warning where --strict (the default) stops: a region "
+                                 "whose labels occur in no reference file, a preset that does not fit the "
+                                 "dataset.json beside the references")
 
 
 def evaluation_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of ``evaluate`` that :func:`add_group_arguments` and
     :func:`add_scoring_arguments` give (not ``-ref``, which is positional there)."""
     return dict(groups=args.groups, group_by=args.group_by, case_column=args.case_column, regions=args.regions,
-                metrics=args.metrics, percentiles=args.percentiles, empty=args.empty, strict=args.strict)
+                metrics=args.metrics, percentiles=args.percentiles, empty=args.empty,
+                strict=not args.allow_mismatch)

@@ -29,7 +29,7 @@ from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnu
 from nnunet_dro.evaluation.metrics import (EMPTY_POLICIES, METRICS, CaseResult, CaseTask, dice_percent,
                                            evaluate_case, hd95_empty_value, region_counts,
                                            volume_similarity_percent)
-from nnunet_dro.evaluation.regions import Region, RegionSpec, default_regions, parse_regions
+from nnunet_dro.evaluation.regions import Region, RegionSpec, default_regions, resolve_regions
 from nnunet_dro.evaluation.result import EvaluationResult
 from nnunet_dro.evaluation.stats import (bootstrap_percentile_difference, holm, paired_wilcoxon,
                                          percentile_column, summarize)
@@ -86,19 +86,21 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
                  groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
                  regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
                  percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
-                 num_processes: int | None = None, n_bootstrap: int = 0,
+                 num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True,
                  echo: Callable[[str], None] | None = None) -> _Inputs:
     """Check everything :func:`evaluate` can check before a prediction exists: the options, the
-    report folder (``output``), the reference folder, the regions and the group table.
+    report folder (``output``), the reference folder, the regions (a preset against the
+    dataset.json beside the reference folder, see :func:`~nnunet_dro.evaluation.regions.resolve_regions`)
+    and the group table.
 
     ``nnunet_dro ensemble`` calls it before predicting, so a typo in ``-ref`` or ``-regions`` is
     an error in seconds, not after hours of inference. Raises UserError; notes go to ``echo``.
     """
     metrics, percentiles = _check_options(method_names, metrics, percentiles, empty, missing, num_processes,
                                           group_by, groups, n_bootstrap)
-    spec = regions if isinstance(regions, RegionSpec) else parse_regions(regions)
     if output is not None:
         reports.check_report_folder(output)
+    spec = resolve_regions(regions, reference, strict, echo)
     ref_files = list_segmentations(reference, "reference folder", spec.file_ending)
     assignment = None
     if groups:
@@ -116,7 +118,7 @@ def evaluate(reference: str, predictions: Mapping[str, str], output: str | None,
              groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
              regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
              percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
-             num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = False, progress: bool = True,
+             num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True, progress: bool = True,
              echo: Callable[[str], None] | None = None) -> EvaluationResult:
     """Evaluate prediction folders (or nnU-Net summary.json files) against a reference folder.
 
@@ -125,14 +127,17 @@ def evaluate(reference: str, predictions: Mapping[str, str], output: str | None,
     ``output`` is the report folder (``None``: compute only); it is checked before any file is
     read, and a failed run leaves it as it was. Dice and VS are in percent, HD95 in mm. Empty
     masks: see ``empty`` (``"one"``: both-empty region scores 100; ``"nan"``: left out). Missing
-    predictions: see ``missing``. A region whose labels occur in no reference file is a warning,
-    or an error with ``strict``. Warnings go to ``echo`` (default: stderr).
+    predictions: see ``missing``. Regions: ``regions`` (default: the labels of the dataset.json
+    beside the reference folder, else each foreground label found). With ``strict`` (default) a
+    region whose labels occur in no reference file, or a preset that does not fit the dataset.json
+    beside the reference folder, is an error; ``strict=False`` (``--allow-mismatch``) makes them
+    warnings. Warnings go to ``echo`` (default: stderr).
     """
     warn = echo or (lambda text: print(text, file=sys.stderr))
     inputs = check_inputs(reference, list(predictions), output, groups=groups, group_by=group_by,
                           case_column=case_column, regions=regions, metrics=metrics, percentiles=percentiles,
                           empty=empty, missing=missing, num_processes=num_processes, n_bootstrap=n_bootstrap,
-                          echo=warn)
+                          strict=strict, echo=warn)
     metrics, percentiles, spec = inputs.metrics, inputs.percentiles, inputs.spec
     ref_files, assignment, num_processes = inputs.ref_files, inputs.assignment, inputs.num_processes
     cases = sorted(ref_files)
@@ -322,10 +327,10 @@ def _check_regions_present(regions: list[Region], results: dict[str, CaseResult]
     what = (f"region{'s' if len(absent) > 1 else ''} {listed} occur{'' if len(absent) > 1 else 's'} in no "
             f"reference file (labels found: {','.join(map(str, sorted(found - {0}))) or 'none'})")
     if strict:
-        raise UserError(f"{what}; check -regions (--strict)")
+        raise UserError(f"{what}; check -regions (or pass --allow-mismatch to go on with a warning)")
     scored = ("scores Dice 100 wherever the prediction is empty too (--empty one)" if empty == "one"
               else "is left out wherever the prediction is empty too (--empty nan)")
-    warn(f"warning: {what}; such a region {scored}. Check -regions (--strict makes this an error)")
+    warn(f"warning: {what}; such a region {scored}. Check -regions (going on: --allow-mismatch)")
 
 
 def _check_labels(spec: RegionSpec, results: dict[str, CaseResult], ref_files: dict[str, str],

@@ -5,7 +5,13 @@ A region spec comes from ``-regions``:
 - a preset name: ``feta``, ``brats``, ``brats-nnunet`` (see :data:`PRESETS`);
 - a path to an nnU-Net ``dataset.json`` (its labels, or its regions for region-based datasets);
 - an inline list ``"NAME=l1,l2;NAME=l3"``;
-- nothing: every foreground label found in the reference folder (decided after reading).
+- nothing: the labels (or regions) of the nnU-Net dataset the reference folder belongs to (its
+  ``dataset.json`` in the folder above ``labelsTr``/``labelsTs``), named as there; without such a
+  dataset.json, every foreground label found in the reference folder (decided after reading).
+
+A preset used on an nnU-Net dataset must fit that dataset's ``dataset.json`` (see
+:func:`check_preset_fits_dataset`): ``feta`` on a dataset converted with ``--three-regions`` would
+score labels that do not exist and call the cerebellum "white_matter".
 
 The spec also says which label values are *declared*: a reference or prediction voxel with any
 other value is an error (it usually means the wrong label convention or a corrupt file).
@@ -22,8 +28,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
-from typing import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable
 
 from nnunet_dro.errors import UserError
 
@@ -167,3 +173,101 @@ def parse_regions(spec: str | None) -> RegionSpec:
 def default_regions(labels: Iterable[int]) -> tuple[Region, ...]:
     """One region per foreground label, named by its value."""
     return tuple(Region(str(v), (int(v),)) for v in sorted(set(labels)) if v != 0)
+
+
+DATASET_JSON = "dataset.json"
+
+
+def dataset_json_beside(reference: str) -> str | None:
+    """The ``dataset.json`` of the nnU-Net dataset holding the reference folder (the folder above
+    ``labelsTr``/``labelsTs``), or ``None``."""
+    path = os.path.join(os.path.dirname(os.path.abspath(reference)), DATASET_JSON)
+    return path if os.path.isfile(path) else None
+
+
+def _label_text(region: Region) -> str:
+    return f"{region.name}={'+'.join(map(str, region.labels))}"
+
+
+def _values_text(values) -> str:
+    values = sorted(values)
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    return ",".join(map(str, values))
+
+
+def preset_mismatches(preset: RegionSpec, dataset: RegionSpec) -> list[str]:
+    """What a preset gets wrong about a dataset (empty if it fits).
+
+    - a label value the preset scores that the dataset does not have;
+    - a foreground label value of the dataset that the preset does not declare (its voxels would
+      be an "unknown label" or silently belong to no region);
+    - a single-label region whose name the dataset gives to another label value.
+
+    >>> three = RegionSpec("d", (Region("white_matter", (1,)), Region("intra_axial_csf", (2,)),
+    ...                         Region("cerebellum", (3,))), frozenset({0, 1, 2, 3}))
+    >>> preset_mismatches(PRESETS["feta"], three)  # doctest: +NORMALIZE_WHITESPACE
+    ['labels 4,5 are not in the dataset', 'names for other labels: white_matter is 1 there, 3 in the preset,
+      intra_axial_csf is 2 there, 4 in the preset, cerebellum is 3 there, 5 in the preset']
+    """
+    problems = []
+    named = {v for r in preset.regions for v in r.labels}
+    present = set(dataset.declared_labels or ()) - {0} - ({dataset.ignore_label} if dataset.ignore_label is not None
+                                                          else set())
+    lacking = sorted(named - present)
+    if lacking:
+        problems.append(f"label{'s' if len(lacking) > 1 else ''} {_values_text(lacking)} "
+                        f"{'are' if len(lacking) > 1 else 'is'} not in the dataset")
+    uncovered = sorted(present - set(preset.declared_labels or named))
+    if uncovered:
+        problems.append(f"dataset label{'s' if len(uncovered) > 1 else ''} {_values_text(uncovered)} "
+                        f"{'are' if len(uncovered) > 1 else 'is'} unknown to the preset")
+    by_name = {r.name: r.labels for r in dataset.regions or ()}
+    renamed = [f"{r.name} is {'+'.join(map(str, by_name[r.name]))} there, {'+'.join(map(str, r.labels))} in the preset"
+               for r in preset.regions if r.name in by_name and by_name[r.name] != r.labels]
+    if renamed:
+        problems.append("names for other labels: " + ", ".join(renamed))
+    return problems
+
+
+def check_preset_fits_dataset(name: str, preset: RegionSpec, dataset: RegionSpec, dataset_json: str,
+                              strict: bool = True, warn: Callable[[str], None] | None = None) -> RegionSpec:
+    """The preset, with the dataset's ignore label and file ending, if it fits the dataset.
+
+    A misfit (:func:`preset_mismatches`) is a UserError naming both label sets, or with
+    ``strict=False`` a warning (``--allow-mismatch``) and the preset as it is.
+    """
+    problems = preset_mismatches(preset, dataset)
+    if problems:
+        ours = ", ".join(_label_text(r) for r in preset.regions)
+        declared = f"; values {_values_text(preset.declared_labels)}" if preset.declared_labels else ""
+        theirs = ", ".join(_label_text(r) for r in dataset.regions)
+        text = (f"-regions {name} does not fit the dataset of the references: the preset has {ours}{declared}, "
+                f"{dataset_json} has {theirs}: {'; '.join(problems)}")
+        if strict:
+            raise UserError(f"{text}. Leave -regions out to use the dataset's own labels "
+                            f"(or pass --allow-mismatch to go on)")
+        if warn is not None:
+            warn(f"warning: {text}; going on with the preset (--allow-mismatch)")
+        return preset
+    return replace(preset, source=f"{preset.source} (checked against {os.path.abspath(dataset_json)})",
+                   ignore_label=dataset.ignore_label, file_ending=dataset.file_ending)
+
+
+def resolve_regions(spec: str | RegionSpec | None, reference: str | None, strict: bool = True,
+                    warn: Callable[[str], None] | None = None) -> RegionSpec:
+    """``-regions`` in the light of the dataset the reference folder belongs to.
+
+    With a ``dataset.json`` beside the reference folder (:func:`dataset_json_beside`), the default
+    is that dataset's labels or regions, and a preset must fit it (:func:`check_preset_fits_dataset`).
+    Otherwise (or for inline lists, dataset.json paths and RegionSpec objects) as :func:`parse_regions`.
+    """
+    if isinstance(spec, RegionSpec):
+        return spec
+    dataset_json = dataset_json_beside(reference) if reference else None
+    if dataset_json is None or (spec and spec not in PRESETS):
+        return parse_regions(spec)
+    dataset = regions_from_dataset_json(dataset_json)
+    if not spec:
+        return replace(dataset, source=f"default: {dataset.source} (the dataset of the reference folder)")
+    return check_preset_fits_dataset(spec, PRESETS[spec], dataset, dataset_json, strict, warn)

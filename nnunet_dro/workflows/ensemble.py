@@ -220,7 +220,7 @@ def check_ensemble_inputs(env: Mapping[str, str], dataset_id: int, images: str, 
     if evaluation:
         from nnunet_dro.evaluation.api import check_inputs
 
-        options = {k: v for k, v in evaluation.items() if k not in ("reference", "strict")}
+        options = {k: v for k, v in evaluation.items() if k != "reference"}
         check_inputs(evaluation["reference"], names, str(output / "evaluation"), num_processes=num_processes,
                      **options)
     return models

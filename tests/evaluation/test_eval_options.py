@@ -22,28 +22,28 @@ def _messages(stderr: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith(("Reading cases", "Report written to"))]
 
 
-def test_region_absent_from_every_reference_is_a_warning(cohort, tmp_path):
+def test_region_absent_from_every_reference_is_a_warning_with_allow_mismatch(cohort, tmp_path):
     ref, pred = cohort
     out = tmp_path / "report"
-    done = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "1", "-regions", "WM=1;X=7")
+    done = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "1", "-regions", "WM=1;X=7",
+                   "--allow-mismatch")
     assert done.returncode == 0, done.stderr
     assert _messages(done.stderr) == [
         "warning: region X (label 7) occurs in no reference file (labels found: 1,2,3); such a region scores "
-        "Dice 100 wherever the prediction is empty too (--empty one). Check -regions (--strict makes this an "
-        "error)"]
+        "Dice 100 wherever the prediction is empty too (--empty one). Check -regions (going on: --allow-mismatch)"]
     scores = pd.read_csv(out / "per_case.csv")
     assert (scores.query("region == 'X'")["value"] == 100).all()  # what the warning is about
 
 
-def test_region_absent_from_every_reference_is_an_error_with_strict(cohort, tmp_path):
+@pytest.mark.parametrize("strict", [[], ["--strict"]])  # --strict is the default, kept for scripts
+def test_region_absent_from_every_reference_is_an_error_by_default(cohort, tmp_path, strict):
     ref, pred = cohort
     out = tmp_path / "report"
-    done = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "1", "-regions", "X=7;Y=8,9",
-                   "--strict")
+    done = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "1", "-regions", "X=7;Y=8,9", *strict)
     assert done.returncode == 2, done.stderr
     assert _messages(done.stderr) == [
         f"{PREFIX}regions X (label 7); Y (labels 8,9) occur in no reference file (labels found: 1,2,3); check "
-        f"-regions (--strict)"]
+        f"-regions (or pass --allow-mismatch to go on with a warning)"]
     assert not out.exists()
 
 

@@ -455,8 +455,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     def on_train_end(self):
         super().on_train_end()  # saves checkpoint_final.pth (with dro_state), stops the workers
         if self.local_rank == 0:
-            # the robustness benchmark's finding (docs/evidence.md): the gains held on the seeds whose
-            # ERM learned everything within the first half of the budget, not on the others
+            # the robustness benchmark found the gains only where every structure was learned within
+            # the first half of the budget (docs/evidence.md)
             self.print_to_log_file("DRO: " + learning_time_line(
                 pseudo_dice_history(self), self.num_epochs,
                 advice="robust weighting draws hard cases more and so leaves fewer draws for what every case "
@@ -629,18 +629,10 @@ class nnUNetTrainerDRO(nnUNetTrainerCaseWeighting):
 
 
 class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
-    """Scale-free hardness weighted sampling, f = 0.5 without importance weights, and no case drawn
-    with more than 5 times the uniform probability. On 11 paired seeds of the paper-sized synthetic
-    cohort (docs/evidence.md) it lifted both minorities' hardest p10 by about 6 Dice points on average
-    (in 5 of 6 seeds each; one seed's ERM reran 17 points apart) where ERM learned every structure
-    within the first half of the epochs, and went
-    either way by up to 38 points where the budget was tight (it learns the structures every case
-    finds hard a few epochs later than ERM); the end of the training log says which case a run is.
-    Benchmark it on your data, with budget to spare, before relying on it;
-    :class:`~nnunet_dro.training.variants.nnUNetTrainerDROAdaptive_untilLearned` samples uniformly
-    until every structure is learned (on 4 seeds: the "other" group's gain kept, the spina bifida
-    gain +2.5 only, the controls' cerebellum -2.2 on average; on a late-learning seed it never
-    leaves uniform sampling).
+    """Scale-free hardness weighted sampling, f = 0.5 without importance weights, no case drawn
+    with more than 5 times the uniform probability, and the stability guard on. What it achieved
+    and where it did not: docs/evidence.md. Its gains need a budget at which nnU-Net learns every
+    structure well before the end; the end of the training log says whether a run had one.
 
     ``beta_t`` is re-solved from the stale losses so that the drawing distribution stays spread over
     at least ``dro_fraction`` (here 50 %) of the training cases (perplexity ``exp(H(p)) >= f n``,

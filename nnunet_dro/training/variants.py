@@ -13,10 +13,9 @@
 
 Scale-free DRO (``beta_t`` re-solved so that the drawing distribution keeps a perplexity of at
 least ``f * n`` cases, ``beta_t <= 100``). Importance weights, where on, use the draw-time beta, are
-1 at a case's first draw and are self-normalised. The default is the setting that did best on the
-robustness benchmark's paper-sized cohort over seeds 0-4, and failed on held-out seed 5
-(docs/evidence.md); the variants keep the settings they were measured with (no probability cap
-unless ``cap5`` is in the name), so their names mean what the evidence tables say:
+1 at a case's first draw and are self-normalised. What each was measured to do is in
+docs/evidence.md and the benchmark journal; the variants keep the settings they were measured with
+(no probability cap unless ``cap5`` is in the name), so their names mean what those tables say:
 
 | trainer                          | f (fraction of cases p stays spread over) | importance sampling | largest p |
 |----------------------------------|-------------------------------------------|---------------------|-----------|
@@ -176,12 +175,11 @@ class nnUNetTrainerDROAdaptive_untilLearned(nnUNetTrainerDROAdaptive):
     """The default (f = 0.5, no importance weights, no case above 5 / n) after an ERM phase that
     lasts until every structure is learned: uniform sampling until the first epoch at whose end
     every structure's pseudo-Dice is at least 0.2, robust weighting from the next epoch on.
-    Drawing hard cases more means fewer draws for what every case still lacks; the default's
-    failure on a held-out seed was a structure ERM itself learned late (epoch 93 of 120) and DRO
-    never learned. A run that learns its last structure late thus gets little DRO, and a run that
-    never learns it trains exactly as ERM. Why 0.2: in ERM runs of the benchmark's development seeds (0-5)
-    every structure passed 0.2 within 0-8 epochs of all having passed 0.05, while 0.5 was never
-    reached by one structure (deep grey matter) in a converged ERM run."""
+    Drawing hard cases more means fewer draws for what every case still lacks, so a structure
+    nnU-Net learns late may not be learned at all under robust weighting. A run that learns its last
+    structure late thus gets little DRO, and a run that never learns it trains exactly as ERM.
+    Why 0.2 and not 0.5: a small structure (deep grey matter) can stay below 0.5 in a converged ERM
+    run, while every structure passes 0.2 within a few epochs of leaving 0 (the benchmark journal)."""
     dro_uniform_until_learned = ALL_LEARNED  # 0.2
 
 

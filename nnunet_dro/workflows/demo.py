@@ -33,8 +33,7 @@ from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, GROUP_COLUMN, MAJORITY_
 DATASET_ID = 990
 DATASET_NAME = "SyntheticFetalDemo"
 #: method name in the tables -> arm of the pipeline. The DRO arm is nnUNetTrainerDROAdaptive's default
-#: setting (the benchmark's Adaptive_f50_noIS_cap5: ahead of ERM on both minorities' worst cases in
-#: each of seeds 0-4, far behind on held-out seed 5; docs/evidence.md).
+#: setting (the benchmark's Adaptive_f50_noIS_cap5; what it achieved: docs/evidence.md).
 DEMO_ARMS = {"ERM": "ERM", "DRO": "Adaptive_f50_noIS_cap5"}
 
 

@@ -1,0 +1,71 @@
+"""Benchmark figures stated in the README and docs/evidence.md are the stored record's: a table
+re-made from the record (``--report-only``) that changes, or a page edited by hand, fails here
+instead of letting the pages drift apart. The record's ``summary.md`` is what ``--report-only``
+writes from the kept files (its own test re-makes it)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "data_docs" / "benchmark_record" / "robustness177_240" / "summary.md"
+EVIDENCE = ROOT / "docs" / "evidence.md"
+README = ROOT / "README.md"
+#: record arm -> the row label docs/evidence.md gives it
+EVIDENCE_ROWS = {
+    "ERM": "ERM (Dice)",
+    "Adaptive_f50_noIS_cap5": "default `nnUNetTrainerDROAdaptive` - ERM",
+    "GroupBalanced": "balanced sampling (knows the groups) - ERM, 2 seeds",
+    "Adaptive_f25_noIS_cap5": "f = 0.25 with the cap - ERM, 2 seeds",
+}
+COLUMNS = ["spina_bifida cerebellum p10", "other intra_axial_csf p10", "control white_matter mean",
+           "control intra_axial_csf mean", "control cerebellum mean"]
+
+
+def table_rows(lines: list[str], header_start: str) -> dict[str, dict[str, str]]:
+    """The markdown table whose header begins with ``header_start``: first cell -> {column: cell}."""
+    for i, line in enumerate(lines):
+        if line.startswith(header_start):
+            header = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows = {}
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                cells = [c.strip() for c in row.strip().strip("|").split("|")]
+                rows[cells[0]] = dict(zip(header, cells))
+            return rows
+    raise AssertionError(f"no table starting with {header_start!r}")
+
+
+def record_large_test_rows() -> dict[str, dict[str, str]]:
+    text = RECORD.read_text().split("## On a larger test set", 1)[1]
+    return table_rows(text.splitlines(), "| arm |")
+
+
+def test_evidence_headline_is_the_records_larger_test_table():
+    record = record_large_test_rows()
+    page = table_rows(EVIDENCE.read_text().splitlines(), "| 240 epochs, 4 seeds")
+    for arm, label in EVIDENCE_ROWS.items():
+        assert label in page, f"docs/evidence.md lost the row {label!r}"
+        for column in COLUMNS:
+            assert page[label][column] == record[arm][column], (arm, column)
+
+
+def test_readme_figures_are_the_records():
+    default = record_large_test_rows()["Adaptive_f50_noIS_cap5"]
+    readme = README.read_text()
+    for column, row_text in (("other intra_axial_csf p10", '"other" group, intra-axial CSF p10'),
+                             ("spina_bifida cerebellum p10", "spina bifida group, cerebellum p10")):
+        assert f"| {row_text} | {default[column]} |" in readme, column
+    controls = [float(re.match(r"[+-]?\d+\.\d+", default[c]).group()) for c in COLUMNS[2:]]
+    assert "| controls, mean of each region | within 0.5 |" in readme
+    assert max(abs(v) for v in controls) <= 0.5
+
+
+@pytest.mark.parametrize("page", [README, EVIDENCE])
+def test_pages_state_the_headline_seeds_of_the_record(page):
+    seeds = re.search(r"Seeds ([\d, ]+): every arm's final network", RECORD.read_text()).group(1)
+    assert len(seeds.split(",")) == 4
+    assert "four" in page.read_text() or "4 seeds" in page.read_text()

@@ -10,7 +10,8 @@ import pytest
 from nnunet_dro.cli import build_parser
 
 SHARED = {
-    ("evaluate", "ensemble"): ["-ref", "-groups", "--group-by", "--case-column", "-regions", "--metrics",
+    ("evaluate", "ensemble"): ["-ref", "-groups", "--group-by", "--case-column", "--groups-partial", "-regions",
+                               "--metrics",
                                "--percentiles", "--empty", "--strict", "--allow-mismatch"],
     ("convert-feta", "convert-brats19", "make-synthetic"): ["-d", "--overwrite"],
     ("convert-feta", "convert-brats19"): ["--test-cases", "--test-fraction", "--seed"],
@@ -57,5 +58,6 @@ def test_ensemble_hands_its_evaluation_options_to_evaluate(monkeypatch):
          "-groups", "g.tsv", "--case-column", "id", "--group-by", "condition", "--percentiles", "10", "5",
          "-regions", "feta", "--metrics", "dice", "hd95", "--empty", "nan", "--strict"])
     assert args.func(args) == 0
-    assert seen == dict(reference="gt", groups="g.tsv", group_by=["condition"], case_column="id", regions="feta",
+    assert seen == dict(reference="gt", groups="g.tsv", group_by=["condition"], case_column="id", groups_partial=False,
+                        regions="feta",
                         metrics=["dice", "hd95"], percentiles=[10.0, 5.0], empty="nan", strict=True)

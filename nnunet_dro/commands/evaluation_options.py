@@ -3,7 +3,8 @@
 One function per group of options, so both commands spell, explain and default them alike:
 
 - :func:`add_reference_argument`: ``-ref``;
-- :func:`add_group_arguments`: ``-groups``, ``--group-by``, ``--case-column`` (the subgroup table);
+- :func:`add_group_arguments`: ``-groups``, ``--group-by``, ``--case-column``, ``--groups-partial`` (the
+  subgroup table);
 - :func:`add_scoring_arguments`: ``-regions``, ``--metrics``, ``--percentiles``, ``--empty``, ``--strict`` /
   ``--allow-mismatch``;
 - :func:`evaluation_options`: the keyword arguments of :func:`nnunet_dro.evaluation.api.evaluate`
@@ -15,7 +16,7 @@ One function per group of options, so both commands spell, explain and default t
 >>> args = parser.parse_args(["-ref", "labelsTs", "--group-by", "condition", "--percentiles", "10"])
 >>> sorted(evaluation_options(args).items())  # doctest: +NORMALIZE_WHITESPACE
 [('case_column', 'case'), ('empty', 'one'), ('group_by', ['condition']), ('groups', None),
- ('metrics', ['dice']), ('percentiles', [10.0]), ('regions', None), ('strict', True)]
+ ('groups_partial', False), ('metrics', ['dice']), ('percentiles', [10.0]), ('regions', None), ('strict', True)]
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def add_reference_argument(parser: Container, *, required: bool) -> None:
 
 
 def add_group_arguments(parser: Container) -> None:
-    """``-groups TABLE``, ``--group-by COL ...``, ``--case-column COL``."""
+    """``-groups TABLE``, ``--group-by COL ...``, ``--case-column COL``, ``--groups-partial``."""
     parser.add_argument("-groups", type=str, default=None, metavar="TABLE",
                         help="subgroup table (.csv or .tsv), one row per case")
     parser.add_argument("--group-by", type=str, nargs="+", default=None, metavar="COL",
@@ -44,6 +45,9 @@ def add_group_arguments(parser: Container) -> None:
                              "[25,30), ... plus <19 and >=41")
     parser.add_argument("--case-column", type=str, default="case", metavar="COL",
                         help="column of the group table holding the case identifiers. Default: case")
+    parser.add_argument("--groups-partial", action="store_true",
+                        help="go on when some evaluated cases have no row in the group table: they form the group "
+                             "'(not in table)' (with a warning). Default: an error with examples of both sides")
 
 
 def add_scoring_arguments(parser: Container) -> None:
@@ -74,6 +78,7 @@ def add_scoring_arguments(parser: Container) -> None:
 def evaluation_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of ``evaluate`` that :func:`add_group_arguments` and
     :func:`add_scoring_arguments` give (not ``-ref``, which is positional there)."""
-    return dict(groups=args.groups, group_by=args.group_by, case_column=args.case_column, regions=args.regions,
+    return dict(groups=args.groups, group_by=args.group_by, case_column=args.case_column,
+                groups_partial=args.groups_partial, regions=args.regions,
                 metrics=args.metrics, percentiles=args.percentiles, empty=args.empty,
                 strict=not args.allow_mismatch)

@@ -24,7 +24,7 @@ import pandas as pd
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import reports
-from nnunet_dro.evaluation.groups import ALL, GroupAssignment, assign_groups
+from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
 from nnunet_dro.evaluation.metrics import (EMPTY_POLICIES, METRICS, CaseResult, CaseTask, dice_percent,
                                            evaluate_case, hd95_empty_value, region_counts,
@@ -84,9 +84,9 @@ class _Inputs:
 
 def check_inputs(reference: str, method_names: Sequence[str], output: str | None, *,
                  groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
-                 regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
-                 percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
-                 num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True,
+                 groups_partial: bool = False, regions: str | RegionSpec | None = None,
+                 metrics: Sequence[str] = ("dice",), percentiles: Sequence[float] = (25, 10, 5), empty: str = "one",
+                 missing: str = "error", num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True,
                  echo: Callable[[str], None] | None = None) -> _Inputs:
     """Check everything :func:`evaluate` can check before a prediction exists: the options, the
     report folder (``output``), the reference folder, the regions (a preset against the
@@ -104,7 +104,8 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
     ref_files = list_segmentations(reference, "reference folder", spec.file_ending)
     assignment = None
     if groups:
-        assignment = assign_groups(groups, case_column, list(group_by) if group_by else None, sorted(ref_files))
+        assignment = assign_groups(groups, case_column, list(group_by) if group_by else None, sorted(ref_files),
+                                   partial=groups_partial)
         clash = [c for c in assignment.column_names if c in RESERVED_COLUMNS]
         if clash:
             raise UserError(f"group table {groups}: column name {clash[0]!r} is reserved for the report, rename it")
@@ -116,7 +117,7 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
 
 def evaluate(reference: str, predictions: Mapping[str, str], output: str | None, *,
              groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
-             regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
+             groups_partial: bool = False, regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
              percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
              num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True, progress: bool = True,
              echo: Callable[[str], None] | None = None) -> EvaluationResult:
@@ -135,7 +136,7 @@ def evaluate(reference: str, predictions: Mapping[str, str], output: str | None,
     """
     warn = echo or (lambda text: print(text, file=sys.stderr))
     inputs = check_inputs(reference, list(predictions), output, groups=groups, group_by=group_by,
-                          case_column=case_column, regions=regions, metrics=metrics, percentiles=percentiles,
+                          case_column=case_column, groups_partial=groups_partial, regions=regions, metrics=metrics, percentiles=percentiles,
                           empty=empty, missing=missing, num_processes=num_processes, n_bootstrap=n_bootstrap,
                           strict=strict, echo=warn)
     metrics, percentiles, spec = inputs.metrics, inputs.percentiles, inputs.spec
@@ -242,9 +243,10 @@ def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: s
 
 
 def _warn_group_report(assignment: GroupAssignment, path: str, warn) -> None:
-    if assignment.cases_not_in_table:
-        warn(f"note: {len(assignment.cases_not_in_table)} case(s) missing from group table {path} count in "
-             f"'all' only: {_short_list(assignment.cases_not_in_table)}")
+    if assignment.cases_not_in_table:  # only with --groups-partial: else an error
+        warn(f"warning: {len(assignment.cases_not_in_table)} case(s) missing from group table {path} form the "
+             f"group {NOT_IN_TABLE!r} of every group column (--groups-partial): "
+             f"{_short_list(assignment.cases_not_in_table)}")
     if assignment.rows_without_reference:
         warn(f"note: {len(assignment.rows_without_reference)} row(s) of group table {path} have no reference "
              f"file: {_short_list(assignment.rows_without_reference)}")

@@ -9,9 +9,13 @@ which are reported). A numeric column can be binned with ``COLUMN:EDGES``:
 - ``gestational_age:19,25,30,35,41`` -> bins ``[19,25)``, ``[25,30)``, ``[30,35)``, ``[35,41)``;
   values below the first edge go to ``<19``, values at or above the last to ``>=41``.
 
-Every result also has the group ``all`` (group column ``all``). Cases absent from the table, or
-with an empty (or ``n/a``, ``NA``, ``N/A``) cell in a group column, count in ``all`` only; they and table rows without a
-reference file are reported.
+Every result also has the group ``all`` (group column ``all``). The table must describe the
+evaluated cases: an evaluated case without a row is an error naming examples from both sides
+(an identifier mismatch such as ``sub-000`` vs ``case_000`` would otherwise leave only ``all``),
+unless ``partial=True`` (``--groups-partial``), where those cases form the group
+``(not in table)`` of every group column. Cases with an empty (or ``n/a``, ``NA``, ``N/A``)
+cell in a group column count in ``all`` only; they and table rows without a reference file are
+reported.
 
 >>> parse_group_by(["condition", "gestational_age:19,25,30"])
 [GroupColumn(column='condition', edges=None), GroupColumn(column='gestational_age', edges=(19.0, 25.0, 30.0))]
@@ -30,6 +34,8 @@ from nnunet_dro.evaluation.io import split_case_id
 from nnunet_dro.tables import read_case_table
 
 ALL = "all"
+NOT_IN_TABLE = "(not in table)"
+EXAMPLES = 3
 
 
 @dataclass(frozen=True)
@@ -117,11 +123,14 @@ def _case_id(name: str) -> str:
     return split[0] if split else name
 
 
-def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases: list[str]) -> GroupAssignment:
+def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases: list[str],
+                  partial: bool = False) -> GroupAssignment:
     """Group label per case and column for the evaluated ``cases``.
 
     Without ``--group-by`` every column except the case column is used as a categorical group,
     except numeric columns with more than 10 distinct values (reported; bin them with ``COL:EDGES``).
+    An evaluated case without a row is a UserError (see :func:`check_table_covers_cases`), or with
+    ``partial`` a member of the group :data:`NOT_IN_TABLE` of every column.
     """
     table = read_group_table(path, case_column)
     other_columns = [c for c in table.columns if c != case_column]
@@ -141,13 +150,18 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
             raise UserError(f"group table {path}: a group column cannot be named {ALL!r} (reserved)")
     known = set(table.index)
     evaluated = set(cases)
+    if not partial:
+        check_table_covers_cases(path, case_column, cases, list(table.index))
     labels: dict[str, dict[str, str | None]] = {}
     order: dict[str, list[str]] = {}
     without_value: dict[str, list[str]] = {}
     for g in columns:
         per_case: dict[str, str | None] = {}
         for case in cases:
-            raw = table.at[case, g.column] if case in known else None
+            if case not in known:
+                per_case[case] = NOT_IN_TABLE
+                continue
+            raw = table.at[case, g.column]
             if raw is None or (isinstance(raw, float) and np.isnan(raw)) or str(raw).strip() == "":
                 if case in known:
                     without_value.setdefault(g.column, []).append(case)
@@ -165,14 +179,37 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
             if not np.isfinite(value):
                 raise UserError(f"group table {path}: case {case!r} has the value {raw!r} in column {g.column!r}")
             per_case[case] = g.bin_label(value)
-        present = {v for v in per_case.values() if v is not None}
+        present = {v for v in per_case.values() if v is not None and v != NOT_IN_TABLE}
         order[g.column] = ([b for b in g.bin_order() if b in present] if g.edges is not None
                            else sorted(present, key=_natural_key))
+        if NOT_IN_TABLE in per_case.values():
+            order[g.column].append(NOT_IN_TABLE)
         labels[g.column] = per_case
     return GroupAssignment(columns=columns, labels=labels, order=order,
                            cases_not_in_table=sorted(evaluated - known),
                            rows_without_reference=sorted(known - evaluated),
                            cases_without_value=without_value, skipped_continuous_columns=skipped)
+
+
+def check_table_covers_cases(path: str, case_column: str, cases: list[str], rows: list[str]) -> None:
+    """UserError if an evaluated case has no row: the counts and examples of both sides.
+
+    >>> check_table_covers_cases("g.tsv", "case", ["case_000", "case_001"], ["sub-000", "sub-001"])
+    Traceback (most recent call last):
+    ...
+    nnunet_dro.errors.UserError: group table g.tsv: 2 of 2 evaluated cases have no row (e.g. case_000, case_001) and 2 rows match no case (e.g. sub-000, sub-001); check the identifiers in column 'case' (--case-column), or pass --groups-partial to report the cases without a row as the group '(not in table)'
+    """
+    without_row = sorted(set(cases) - set(rows), key=_natural_key)
+    if not without_row:
+        return
+    unmatched = sorted(set(rows) - set(cases), key=_natural_key)
+    rows_text = (f"{len(unmatched)} row{'s' if len(unmatched) != 1 else ''} match{'' if len(unmatched) != 1 else 'es'} "
+                 f"no case (e.g. {', '.join(unmatched[:EXAMPLES])})" if unmatched else "every row matches a case")
+    raise UserError(f"group table {path}: {len(without_row)} of {len(cases)} evaluated case"
+                    f"{'s' if len(cases) != 1 else ''} {'have' if len(without_row) != 1 else 'has'} no row "
+                    f"(e.g. {', '.join(without_row[:EXAMPLES])}) and {rows_text}; check the identifiers in column "
+                    f"{case_column!r} (--case-column), or pass --groups-partial to report the cases without a row "
+                    f"as the group {NOT_IN_TABLE!r}")
 
 
 MAX_DEFAULT_GROUPS = 10

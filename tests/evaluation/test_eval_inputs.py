@@ -91,10 +91,13 @@ def write(path, text):
 def test_assign_groups_reports_missing_rows_and_cases(tmp_path):
     table = write(tmp_path / "g.tsv", "case\tcondition\tga\nc1.nii.gz\tcontrol\t20.5\nc2\tsb\t33\nc9\tsb\t30\n"
                                       "c3\tn/a\t26\n")
-    a = assign_groups(table, "case", ["condition", "ga:19,25,30,35"], ["c1", "c2", "c3", "c4"])
-    assert a.labels["condition"] == {"c1": "control", "c2": "sb", "c3": None, "c4": None}
-    assert a.labels["ga"] == {"c1": "[19,25)", "c2": "[30,35)", "c3": "[25,30)", "c4": None}
-    assert a.order["ga"] == ["[19,25)", "[25,30)", "[30,35)"]
+    with pytest.raises(UserError, match=r"1 of 4 evaluated cases has no row \(e.g. c4\) and 1 row matches no case "
+                                        r"\(e.g. c9\)"):
+        assign_groups(table, "case", ["condition", "ga:19,25,30,35"], ["c1", "c2", "c3", "c4"])
+    a = assign_groups(table, "case", ["condition", "ga:19,25,30,35"], ["c1", "c2", "c3", "c4"], partial=True)
+    assert a.labels["condition"] == {"c1": "control", "c2": "sb", "c3": None, "c4": "(not in table)"}
+    assert a.labels["ga"] == {"c1": "[19,25)", "c2": "[30,35)", "c3": "[25,30)", "c4": "(not in table)"}
+    assert a.order["ga"] == ["[19,25)", "[25,30)", "[30,35)", "(not in table)"]
     assert a.cases_not_in_table == ["c4"] and a.rows_without_reference == ["c9"]
     assert a.cases_without_value == {"condition": ["c3"]}
 

@@ -40,7 +40,8 @@ def register(subparsers) -> None:
                         help="number of processes reading cases. Default: nnUNet_def_n_proc or 8")
     parser.add_argument("--bootstrap", type=non_negative_int, default=0, metavar="N",
                         help="with 2+ methods: N bootstrap resamples of the cases give 95%% confidence intervals "
-                             "of the percentile differences in comparison.csv. Default: 0 (off)")
+                             "of the mean and percentile differences (comparison.csv, table.md, terminal). "
+                             "Default: 0 (off)")
     parser.set_defaults(func=run)
 
 

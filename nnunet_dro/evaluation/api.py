@@ -31,8 +31,8 @@ from nnunet_dro.evaluation.metrics import (EMPTY_POLICIES, METRICS, CaseResult, 
                                            volume_similarity_percent)
 from nnunet_dro.evaluation.regions import Region, RegionSpec, default_regions, resolve_regions
 from nnunet_dro.evaluation.result import EvaluationResult
-from nnunet_dro.evaluation.stats import (bootstrap_percentile_difference, holm, paired_wilcoxon,
-                                         percentile_column, summarize)
+from nnunet_dro.evaluation.stats import (bootstrap_mean_difference, bootstrap_percentile_difference, holm,
+                                         paired_wilcoxon, percentile_column, summarize, wilcoxon_can_reach)
 
 MISSING_POLICIES = ("error", "worst", "skip")
 RESERVED_COLUMNS = ("method", "case", "region", "metric", "value", "note", "empty_policy", "missing_policy",
@@ -479,10 +479,16 @@ def _compare(per_case, methods, regions, metrics, percentiles, group_columns, gr
                     else:
                         a = b = np.array([])
                     keep = ~(np.isnan(a) | np.isnan(b))
+                    n_pairs = int(keep.sum())
                     row = {"method": m.name, "reference_method": base, "group_column": group_column,
-                           "group": group, "region": region.name, "metric": metric, "n_pairs": int(keep.sum()),
+                           "group": group, "region": region.name, "metric": metric, "n_pairs": n_pairs,
                            "mean_difference": float(np.mean(a[keep] - b[keep])) if keep.any() else np.nan,
-                           "wilcoxon_p": paired_wilcoxon(a, b), "holm_p": np.nan}
+                           "wilcoxon_p": paired_wilcoxon(a, b), "holm_p": np.nan,
+                           "wilcoxon_note": "" if wilcoxon_can_reach(n_pairs) else
+                           f"n = {n_pairs}: too few for p < 0.05"}
+                    if n_bootstrap > 0:
+                        row["mean_difference_ci_low"], row["mean_difference_ci_high"] = \
+                            bootstrap_mean_difference(a, b, n_bootstrap)
                     for q in percentiles:
                         row[f"{percentile_column(q)}_difference"] = (
                             float(np.percentile(a[keep], q) - np.percentile(b[keep], q)) if keep.any() else np.nan)
@@ -527,7 +533,10 @@ def _settings(reference, methods, spec, regions, metrics, percentiles, empty, mi
                        "nan": "NaN scores (--empty nan) are left out; n counts the values used",
                        "comparison": "mean paired difference (method - reference_method) on cases scored by "
                                      "both; two-sided Wilcoxon signed-rank test (scipy); Holm adjustment over "
-                                     "all comparisons of the same metric"},
+                                     "all comparisons of the same metric; with 5 pairs or fewer the exact test "
+                                     "cannot reach p < 0.05 (wilcoxon_note)",
+                       "bootstrap": "percentile bootstrap over cases (pairs kept together), 95% intervals of "
+                                    "the mean and percentile differences, seed 0"},
         "group_table": os.path.abspath(groups) if groups else None,
         "case_column": case_column,
         "group_by": list(group_by) if group_by else None,

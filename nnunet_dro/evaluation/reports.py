@@ -8,6 +8,8 @@ Files in the report folder:
   bookkeeping);
 - ``table.md`` / ``table.tex``: paper-style tables (group, method, region rows; statistics
   columns), best value per group and region in bold when several methods are compared;
+  ``table.md`` (and the terminal) add, with two or more methods, the paired comparison with the
+  first method: differences of the mean and of p10 (with bootstrap intervals), pairs, p-values;
 - ``boxplots_<metric>.png``: one panel per region, boxes per group and method;
 - ``comparison.csv`` (two or more methods): paired differences, Wilcoxon and Holm p-values.
 """
@@ -184,8 +186,84 @@ def _title(metric: str, group_column: str) -> str:
     return f"{METRIC_TITLES[metric]}, {'all cases' if group_column == ALL else 'by ' + group_column}"
 
 
+def comparison_percentile(percentiles) -> float | None:
+    """The percentile shown in the comparison tables: p10 if requested, else the lowest one.
+
+    >>> comparison_percentile([25, 10, 5]), comparison_percentile([25, 5]), comparison_percentile([])
+    (10, 5, None)
+    """
+    if not percentiles:
+        return None
+    return 10 if 10 in percentiles else min(percentiles)
+
+
+def _decimals(metric: str) -> int:
+    return 2 if metric == "hd95" else 1
+
+
+def _signed(value, metric: str) -> str:
+    """``+1.2`` / ``-0.4`` / ``+0.0`` (never ``-0.0``); ``n/a`` for NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    d = _decimals(metric)
+    return f"{round(float(value), d) + 0.0:+.{d}f}"
+
+
+def _difference_cell(row, column: str, metric: str) -> str:
+    text = _signed(row[column], metric)
+    low, high = row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
+    if text != "n/a" and low is not None and not (isinstance(low, float) and math.isnan(low)):
+        text += f" [{_signed(low, metric)}, {_signed(high, metric)}]"
+    return text
+
+
+def _p_text(p, note: str = "") -> str:
+    if note:
+        return note
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "n/a"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def comparison_markdown(result: EvaluationResult, metrics: list[str] | None = None) -> list[str]:
+    """Markdown lines of the paired comparison with the first method, one table per metric and
+    group column: pairs, the difference of the mean and of p10 (with ``[low, high]`` bootstrap 95 %
+    intervals when ``--bootstrap`` was given), the Wilcoxon and Holm p-values (or why there is none)."""
+    comparison = result.comparison
+    if comparison is None or comparison.empty:
+        return []
+    q = comparison_percentile(result.settings["percentiles"])
+    columns = [("mean_difference", "Δ mean")]
+    if q is not None:
+        columns.append((f"{percentile_column(q)}_difference", f"Δ {percentile_column(q)}"))
+    base = comparison["reference_method"].iloc[0]
+    intervals = "; [95 % bootstrap interval]" if result.settings.get("n_bootstrap") else ""
+    lines = []
+    for metric in result.settings["metrics"]:
+        if metrics is not None and metric not in metrics:
+            continue
+        for group_column, block in comparison[comparison["metric"] == metric].groupby("group_column", sort=False):
+            lines += [f"## {_title(metric, group_column)}: paired difference to {base}", "",
+                      f"Method minus {base} on the cases both scored{intervals}; "
+                      f"Wilcoxon signed-rank p (two-sided), Holm-adjusted over all comparisons of the metric.", "",
+                      "| group | method | region | pairs | " + " | ".join(t for _, t in columns)
+                      + " | Wilcoxon p | Holm p |",
+                      "|---|---|---|---:|" + "---:|" * len(columns) + "---:|---:|"]
+            for _, row in block.iterrows():
+                note = row.get("wilcoxon_note") or ""
+                note = "" if isinstance(note, float) else note
+                cells = [_difference_cell(row, c, metric) for c, _ in columns]
+                holm_text = "–" if note else _p_text(row["holm_p"])
+                lines.append(f"| {row['group']} | {row['method']} | {row['region']} | {int(row['n_pairs'])} | "
+                             + " | ".join(cells) + f" | {_p_text(row['wilcoxon_p'], note)}"
+                             + f" | {holm_text} |")
+            lines.append("")
+    return lines
+
+
 def markdown_tables(result: EvaluationResult, metrics: list[str] | None = None) -> str:
-    """Paper-style Markdown tables, one per metric and group column."""
+    """Paper-style Markdown tables, one per metric and group column, then (two or more methods)
+    the paired comparison with the first method (:func:`comparison_markdown`)."""
     columns = _stat_columns(result)
     lines = ["# Robustness evaluation (nnunet_dro evaluate)", "",
              policy_line(result) + " Percentiles: numpy linear interpolation; iqr = p75 - p25; "
@@ -200,11 +278,13 @@ def markdown_tables(result: EvaluationResult, metrics: list[str] | None = None) 
             shown = [f"**{t}**" if b else t for t, b in (cells[c] for c in columns)]
             lines.append(f"| {group} | {method} | {region} | " + " | ".join(shown) + " |")
         lines.append("")
+    lines += comparison_markdown(result, metrics)
     return "\n".join(lines)
 
 
 def terminal_table(result: EvaluationResult) -> str:
-    """The main table for the terminal: the first metric, every grouping."""
+    """The main table for the terminal: the first metric, every grouping, and its paired
+    comparison with the first method."""
     return markdown_tables(result, metrics=[result.settings["metrics"][0]]).rstrip() + "\n"
 
 

@@ -9,6 +9,8 @@ sample standard deviation (``ddof=1``; NaN when ``n < 2``).
 (4, 25.0, 25.0, 15.0, 13.0)
 >>> holm([0.01, 0.04, 0.03, float("nan")])
 [0.03, 0.06, 0.06, nan]
+>>> [n for n in range(1, 9) if wilcoxon_can_reach(n)]  # two-sided exact signed-rank: 2 / 2**n < 0.05
+[6, 7, 8]
 """
 from __future__ import annotations
 
@@ -59,6 +61,14 @@ def paired_wilcoxon(values: Sequence[float], reference: Sequence[float]) -> floa
         return float(scipy_stats.wilcoxon(a, b).pvalue)
 
 
+def wilcoxon_can_reach(n_pairs: int, alpha: float = 0.05) -> bool:
+    """Whether a two-sided exact Wilcoxon signed-rank test of ``n_pairs`` pairs can give p < ``alpha``
+    at all: its smallest p-value, all differences of one sign, is ``2 / 2**n`` (0.0625 for 5 pairs).
+    With fewer pairs a p-value says nothing (scipy's normal approximation, used with ties or zero
+    differences, may still print one below 0.05)."""
+    return n_pairs > 0 and 2.0 / 2.0 ** n_pairs < alpha
+
+
 def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1); NaN stays NaN and is not
     counted in the family size."""
@@ -90,6 +100,22 @@ def bootstrap_percentile_difference(values: Sequence[float], reference: Sequence
     tail = 100 * (1 - confidence) / 2
     low, high = np.percentile(differences, [tail, 100 - tail], axis=1)
     return {q: (float(lo), float(hi)) for q, lo, hi in zip(percentiles, low, high)}
+
+
+def bootstrap_mean_difference(values: Sequence[float], reference: Sequence[float], n_bootstrap: int = 1000,
+                              confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap confidence interval of the mean paired difference ``values - reference``,
+    resampling cases (the same resamples as :func:`bootstrap_percentile_difference` for one seed).
+    ``(NaN, NaN)`` without pairs."""
+    a, b = _paired(values, reference)
+    if a.size == 0 or n_bootstrap <= 0:
+        return np.nan, np.nan
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, a.size, size=(n_bootstrap, a.size))
+    means = (a - b)[index].mean(axis=1)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def _paired(values, reference) -> tuple[np.ndarray, np.ndarray]:

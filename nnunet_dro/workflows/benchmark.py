@@ -1,0 +1,255 @@
+"""``scripts/benchmark_robustness.py``, the robustness benchmark: ERM vs DRO arms on the synthetic fetal-brain-like cohort, several seeds.
+
+The claim under test: distributionally robust training raises the low percentiles of the Dice of
+the minority groups (spina bifida, other abnormality) on their hardest structure, while the
+majority group (controls) keeps its Dice.
+
+Each seed ``s`` is one repetition in ``OUT/runs/seed_<s>/`` (its own nnUNet_raw / _preprocessed /
+_results, :mod:`nnunet_dro.workflows.pipeline`):
+
+1. a synthetic cohort drawn with seed ``s``: by default 177 training cases, the size of the
+   paper's fetal training set (minorities rare, 80/12/8 %, as the paper's 79/16/6 %), and 60 test
+   cases (a third each), planned and preprocessed by nnU-Net. With 40 training cases (5 spina
+   bifida, 3 "other") the minorities were too few for re-sampling to help much: even label-aware
+   balanced sampling lifted one group only; docs/evidence.md has both regimes;
+2. every arm trained with ``nnUNetv2_train ... all -tr <arm>_CPUBudget`` (a quarter of nnU-Net's
+   features per stage, 120 epochs x 25 iterations) from the same initial weights
+   (``nnUNet_dro_seed=s``), then ``nnUNetv2_predict`` of the test images and ``nnunet_dro
+   evaluate`` by condition with the FeTA regions (white matter, intra-axial CSF, cerebellum).
+
+Each (seed, arm) result is stored as soon as it is finished and skipped when the script runs
+again, so the evidence can be built in pieces (``--arms ERM,Adaptive_f50 --seeds 0,1,2`` now,
+the other arms later) and the tables re-made from stored results (``--report-only``).
+
+Reported (terminal and OUT/): per arm, group and region: mean, p10, p5, IQR (mean ± sd over seeds);
+every arm minus ERM, paired by seed, with the sign in each seed; each run's convergence (controls'
+mean Dice) and stability (epochs after epoch 10 with a structure's pseudo-Dice below 0.05); the
+targets check; per seed, each arm's p10 difference on each minority's hardest structure with a
+bootstrap interval over the test cases (``p10_intervals.csv``: is that seed's difference more than
+the draw of test cases?); with ``--large-test N`` the headline again on N further test cases per
+group scored by the same networks; with ``--training-fit`` each minority's hardest structure on the
+training cases beside the test cases; ``robustness_tradeoff.png`` (minority p10 on its hardest
+structure against the controls' mean Dice, one point per arm and seed).
+
+    python scripts/benchmark_robustness.py                                  # 3 seeds x 5 arms
+    python scripts/benchmark_robustness.py --arms ERM,Adaptive_f50 --seeds 0,1,2
+    python scripts/benchmark_robustness.py --report-only                    # tables from stored runs
+    python scripts/benchmark_robustness.py --seeds 1 --arms ERM,Adaptive_f50 --epochs 1 --iterations 2 \\
+        --n-train 10 --n-test 6 -o /tmp/smoke                                # a smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from nnunet_dro.atomic import atomic_path, write_text_atomic
+from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
+from nnunet_dro.errors import UserError
+from nnunet_dro.workflows.benchmark_analysis import (BASELINE, DEFAULT_ARMS, hardest_regions, large_test_section,
+                                                     learning_time_section, markdown_report, p10_interval_section,
+                                                     p10_intervals, paired_comparison, parse_arms, parse_seeds,
+                                                     plot_tradeoff, summary_by_seed, summary_over_seeds,
+                                                     targets_check, terminal_report, training_fit,
+                                                     training_fit_section)
+from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, FURTHER_RESULTS, Budget, Cohort, Workspace,
+                                           convergence_line, progress_filter)
+
+DATASET_ID = 991
+DATASET_NAME = "SyntheticFetalBenchmark"
+LARGE_TEST_DATASET_ID = 992  # --large-test: further test cases, scored with the same trained networks
+
+
+# ---------------------------------------------------------------------------------------- record
+def record_files(ws: Workspace, arm: str, trainer: str) -> list[Path]:
+    """The files of a finished (seed, arm) trained by ``trainer`` that ``--report-only`` reads: the
+    cohort settings, the subgroup table, the arm's result and per-case Dice, its hardness report if
+    it has one, and its Dice on the larger test set and on its training cases if they were scored
+    (``--large-test``, ``--training-fit``)."""
+    files = [ws.folder / "cohort.json", ws.raw / SUBGROUPS_FILENAME, ws.arm_folder(arm) / "result.json",
+             ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer),
+             ws.folder / "large_test.json", *(ws.arm_folder(arm) / name for name in FURTHER_RESULTS.values())]
+    return [f for f in files if f.is_file()]
+
+
+def export_record(ws: Workspace, arm: str, trainer: str, destination: Path) -> int:
+    """Copy :func:`record_files` to the same place under ``destination / runs / seed_<s>``, each
+    atomically; return how many were copied."""
+    files = record_files(ws, arm, trainer)
+    target = destination / "runs" / ws.folder.name
+    for source in files:
+        path = target / source.relative_to(ws.folder)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            shutil.copyfile(source, tmp)
+    return len(files)
+
+
+# ---------------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="ERM vs DRO arms (CPU-budget nnU-Net trainers) on the synthetic fetal-brain-like cohort, "
+                    "paired over seeds; stores each (seed, arm) as it finishes and reports Dice mean, p10, p5 "
+                    "and IQR per condition and region, paired differences to ERM and the trade-off plot.")
+    parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a list 0,1,2 (one seed alone: 2,). Default: 3")
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                        help=f"comma-separated arms among {', '.join(ARM_TRAINERS)}. Default: {','.join(DEFAULT_ARMS)}")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="override the budget's 120 epochs (1 for smoke runs; 240 leaves few seeds with a tight "
+                             "budget, at twice the time)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="override the budget's iterations per epoch (smoke runs only)")
+    parser.add_argument("--n-train", type=int, default=Cohort.n_train,
+                        help=f"training cases per cohort. Default: {Cohort.n_train} (the paper's fetal training set)")
+    parser.add_argument("--n-test", type=int, default=Cohort.n_test,
+                        help=f"test cases per cohort (a third per group). Default: {Cohort.n_test}")
+    parser.add_argument("--size", type=int, default=32, help="voxels per side. Default: 32")
+    parser.add_argument("-o", dest="output", default="results/robustness",
+                        help="output and working folder. Default: results/robustness")
+    parser.add_argument("-device", default="cpu", choices=["cpu", "cuda", "mps"], help="Default: cpu")
+    parser.add_argument("--large-test", type=int, default=0, metavar="N",
+                        help="also score every finished arm of these seeds on N further test cases per group (an "
+                             "independent draw of the generator; the trained networks are reused, nothing is "
+                             "retrained): a p10 of 20 cases interpolates between the 2nd and 3rd worst. "
+                             "--report-only reports what was scored before. Default: 0 (off)")
+    parser.add_argument("--training-fit", action="store_true",
+                        help="also score every finished arm's network on its own training cases: where an arm that "
+                             "draws a minority more often lifts its training Dice and the test follows, it was "
+                             "under-fitted for being rare; where the training Dice barely moves, more draws do not "
+                             "help it")
+    parser.add_argument("--report-only", action="store_true",
+                        help="train nothing: make the tables from the stored results of the requested seeds/arms")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete the run folders of the requested seeds first and start again")
+    parser.add_argument("--export-record", metavar="DIR", default=None,
+                        help="also copy the few small files of each finished (seed, arm) that the tables are made "
+                             "from (results, per-case Dice, subgroups, hardness reports: kilobytes, not the "
+                             "run folders' gigabytes) to DIR, so that '--report-only -o DIR' re-makes them")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except UserError as error:
+        print(f"benchmark_robustness: error: {error}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    seeds, arms = parse_seeds(args.seeds), parse_arms(args.arms)
+    if BASELINE not in arms:
+        raise UserError(f"--arms {args.arms!r}: the comparison needs the {BASELINE} arm")
+    for flag, value, low in (("--epochs", args.epochs, 1), ("--iterations", args.iterations, 1),
+                             ("--n-train", args.n_train, 5), ("--n-test", args.n_test, 3), ("--size", args.size, 16),
+                             ("--large-test", args.large_test, 0)):
+        if value is not None and value < low:
+            raise UserError(f"{flag} {value}: must be at least {low}")
+    budget = Budget(args.epochs, args.iterations)
+    out = Path(args.output).resolve()
+    runs_folder = out / "runs"
+    record = None if args.export_record is None else Path(args.export_record).resolve()
+    if record is not None and record == out:
+        raise UserError(f"--export-record {args.export_record}: must be another folder than -o {args.output}")
+    if args.overwrite and not args.report_only:
+        for seed in seeds:
+            shutil.rmtree(runs_folder / f"seed_{seed}", ignore_errors=True)
+    started = time.perf_counter()
+    say = lambda text: print(text, flush=True)  # noqa: E731
+    tables, large_tables, training_tables, run_rows = [], [], [], []
+    for seed in seeds:
+        cohort = Cohort(args.n_train, args.n_test, args.size, seed)
+        folder = runs_folder / f"seed_{seed}"
+        if args.report_only and not folder.is_dir():
+            continue
+        ws = Workspace(folder, DATASET_ID, DATASET_NAME, cohort, echo=say)
+        if args.large_test and not args.report_only:
+            ws.prepare_large_test(args.large_test, LARGE_TEST_DATASET_ID)
+        pending = [arm for arm in arms if not ws.finished(arm)]
+        if pending and not args.report_only:
+            say(f"[seed {seed} | {time.perf_counter() - started:6.0f} s] {folder}: to run {', '.join(pending)}")
+            ws.prepare()
+        for arm in arms:
+            if not ws.finished(arm):
+                if args.report_only:
+                    continue
+                ws.run_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
+            summary, per_case = ws.load(arm)
+            if summary.get("budget") != {"epochs": budget.epochs, "iterations_per_epoch": budget.iterations_per_epoch}:
+                raise UserError(f"{ws.arm_folder(arm)}: stored with budget {summary.get('budget')}, not "
+                                f"{budget}; use another -o or --overwrite")
+            # computed now, not stored: stored results predate it, and the runs' folders hold the counts
+            trainer = summary.get("trainer", ARM_TRAINERS[arm])
+            summary.update({f"draw_share_{group}": share for group, share in ws.draw_shares(trainer, finished=True).items()},
+                           minority_hardness_auc=ws.minority_hardness_auc(trainer),
+                           busiest_case_draws=ws.busiest_case_draws(trainer))
+            if "all_learned_epoch" not in summary:
+                summary["all_learned_epoch"] = ws.all_learned_epoch(trainer)
+            say(convergence_line(f"{arm} seed {seed}", summary))
+            if args.large_test and not args.report_only:
+                ws.score_further(arm, trainer, "large_test", LARGE_TEST_DATASET_ID, args.device)
+            if args.training_fit and not args.report_only:
+                ws.score_further(arm, trainer, "training", device=args.device)
+            for cases, kept in (("large_test", large_tables), ("training", training_tables)):
+                scored = ws.load_further(arm, cases)
+                if scored is not None:
+                    kept.append(scored.assign(seed=seed, method=arm))
+            if record is not None:
+                export_record(ws, arm, trainer, record)
+            per_case = per_case.assign(seed=seed, method=arm)
+            tables.append(per_case)
+            run_rows.append(summary)
+    if not tables:
+        raise UserError(f"no finished runs in {runs_folder} for seeds {seeds} and arms {arms}")
+
+    per_case = pd.concat(tables, ignore_index=True)
+    runs = pd.DataFrame(run_rows)
+    by_seed = summary_by_seed(per_case)
+    summary = summary_over_seeds(by_seed, arms)
+    paired = paired_comparison(per_case, by_seed)
+    hardest = hardest_regions(summary)
+    targets = targets_check(by_seed, paired, runs, hardest)
+    settings = {"seeds": sorted(set(runs["seed"])), "arms": [a for a in arms if a in set(runs["arm"])],
+                "cohort": {"n_train": args.n_train, "n_test": args.n_test, "size": args.size},
+                "budget": ("CPU budget defaults: 120 epochs x 25 iterations" if budget == Budget()
+                           else f"overridden: {budget}"),
+                "device": args.device, "seconds": round(time.perf_counter() - started, 1), "runs": str(runs_folder)}
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "per_case.csv", per_case.to_csv(index=False))
+    write_text_atomic(out / "summary_by_seed.csv", by_seed.to_csv(index=False))
+    write_text_atomic(out / "summary.csv", summary.to_csv(index=False))
+    write_text_atomic(out / "paired.csv", paired.to_csv(index=False))
+    write_text_atomic(out / "runs.csv", runs.drop(columns=["cohort"], errors="ignore").to_csv(index=False))
+    write_text_atomic(out / "benchmark.json", json.dumps({**settings, "hardest": hardest}, indent=2, default=str))
+    intervals = p10_intervals(per_case, hardest)
+    write_text_atomic(out / "p10_intervals.csv", intervals.to_csv(index=False))
+    sections = learning_time_section(per_case, runs, hardest, settings["arms"]) + p10_interval_section(intervals)
+    if large_tables:
+        large = pd.concat(large_tables, ignore_index=True)
+        write_text_atomic(out / "per_case_large_test.csv", large.to_csv(index=False))
+        large_intervals = p10_intervals(large, hardest)
+        write_text_atomic(out / "p10_intervals_large_test.csv", large_intervals.to_csv(index=False))
+        sections += large_test_section(large, runs, hardest, settings["arms"], large_intervals)
+    if training_tables:
+        fit = training_fit(pd.concat(training_tables, ignore_index=True), per_case, hardest)
+        write_text_atomic(out / "training_fit.csv", fit.to_csv(index=False))
+        sections += training_fit_section(fit)
+    write_text_atomic(out / "summary.md", markdown_report(summary, paired, runs, settings, hardest, targets, sections))
+    plot_tradeoff(out / "robustness_tradeoff.png", by_seed, hardest, settings["arms"])
+    say("")
+    say(terminal_report(summary, paired, targets))
+    say(f"\nWritten: {out / 'summary.md'}, summary.csv, paired.csv, p10_intervals.csv, runs.csv, robustness_tradeoff.png"
+        + (", per_case_large_test.csv, p10_intervals_large_test.csv" if large_tables else "")
+        + (", training_fit.csv" if training_tables else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,100 +8,16 @@ Use them with nnU-Net's own commands::
 
     export nnUNet_extTrainer=$(nnunet_dro trainer-dir)
     nnUNetv2_train DATASET 3d_fullres 0 -tr nnUNetTrainerDRO
-"""
-from nnunet_dro.training.cohort import nnUNetTrainerCaseWeights, nnUNetTrainerGroupBalanced, nnUNetTrainerGroupDRO
-from nnunet_dro.training.related import (nnUNetTrainerDRO_warmup, nnUNetTrainerDROChi2,
-                                         nnUNetTrainerDROChi2_noWarmup, nnUNetTrainerDROReweight, nnUNetTrainerL2RW)
-from nnunet_dro.training.trainer import (DRO_STATE_KEY, nnUNetTrainerCaseWeighting, nnUNetTrainerConfigurableSGD,
-                                         nnUNetTrainerDRO, nnUNetTrainerDROAdaptive, nnUNetTrainerPerSampleLoss)
-from nnunet_dro.training.variants import (nnUNetTrainer_SGDnoMomentum, nnUNetTrainerDRO_beta10,
-                                          nnUNetTrainerDRO_beta10_noIS, nnUNetTrainerDRO_beta1000,
-                                          nnUNetTrainerDRO_beta1000_noIS, nnUNetTrainerDRO_noIS,
-                                          nnUNetTrainerDRO_SGDnoMomentum, nnUNetTrainerDROAdaptive_f25,
-                                          nnUNetTrainerDROAdaptive_f50, nnUNetTrainerDROAdaptive_f75,
-                                          nnUNetTrainerDROAdaptive_f90, nnUNetTrainerDROAdaptive_kappa1,
-                                          nnUNetTrainerDROAdaptive_noIS, nnUNetTrainerDROAdaptive_warm50,
-                                          nnUNetTrainerDROAdaptive_f25_noIS, nnUNetTrainerDROAdaptive_f75_noIS,
-                                          nnUNetTrainerDROAdaptive_noIS_smooth25, nnUNetTrainerDROAdaptive_f90_noIS,
-                                          nnUNetTrainerDROAdaptive_warm50_noIS, nnUNetTrainerDROAdaptive_noIS_cap5,
-                                          nnUNetTrainerDROAdaptive_f25_noIS_cap5,
-                                          nnUNetTrainerDROAdaptive_untilLearned, nnUNetTrainerDROAdaptive_noGuard)
-from nnunet_dro.training.budget import (nnUNetTrainer_CPUBudget, nnUNetTrainerDRO_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_CPUBudget, nnUNetTrainerDROAdaptive_f25_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_f50_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_f75_CPUBudget, nnUNetTrainerDROAdaptive_f90_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_kappa1_CPUBudget, nnUNetTrainerDROAdaptive_noIS_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_warm50_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_f25_noIS_cap5_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget,
-                                        nnUNetTrainerGroupBalanced_CPUBudget, nnUNetTrainerGroupDRO_CPUBudget,
-                                        nnUNetTrainer_CPUBudget_repeat,
-                                        nnUNetTrainerDROAdaptive_untilLearned_CPUBudget,
-                                        nnUNetTrainerDROAdaptive_noGuard_CPUBudget)
 
-__all__ = [
-    "DRO_STATE_KEY",
-    "nnUNetTrainerCaseWeighting",
-    "nnUNetTrainerCaseWeights",
-    "nnUNetTrainerGroupBalanced",
-    "nnUNetTrainerGroupDRO",
-    "nnUNetTrainerDROAdaptive",
-    "nnUNetTrainerDROAdaptive_f25",
-    "nnUNetTrainerDROAdaptive_f50",
-    "nnUNetTrainerDROAdaptive_f75",
-    "nnUNetTrainerDROAdaptive_f90",
-    "nnUNetTrainerDROAdaptive_noIS",
-    "nnUNetTrainerDROAdaptive_f25_noIS",
-    "nnUNetTrainerDROAdaptive_noIS_smooth25",
-    "nnUNetTrainerDROAdaptive_noIS_cap5",
-    "nnUNetTrainerDROAdaptive_f25_noIS_cap5",
-    "nnUNetTrainerDROAdaptive_f75_noIS",
-    "nnUNetTrainerDROAdaptive_f90_noIS",
-    "nnUNetTrainerDROAdaptive_kappa1",
-    "nnUNetTrainerDROAdaptive_warm50",
-    "nnUNetTrainerDROAdaptive_warm50_noIS",
-    "nnUNetTrainerDROAdaptive_untilLearned",
-    "nnUNetTrainerDROAdaptive_noGuard",
-    "nnUNetTrainer_CPUBudget",
-    "nnUNetTrainer_CPUBudget_repeat",
-    "nnUNetTrainerDRO_CPUBudget",
-    "nnUNetTrainerDROAdaptive_CPUBudget",
-    "nnUNetTrainerDROAdaptive_f25_CPUBudget",
-    "nnUNetTrainerDROAdaptive_f50_CPUBudget",
-    "nnUNetTrainerDROAdaptive_f75_CPUBudget",
-    "nnUNetTrainerDROAdaptive_f90_CPUBudget",
-    "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
-    "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget",
-    "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
-    "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget",
-    "nnUNetTrainerDROAdaptive_f25_noIS_cap5_CPUBudget",
-    "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
-    "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
-    "nnUNetTrainerGroupBalanced_CPUBudget",
-    "nnUNetTrainerGroupDRO_CPUBudget",
-    "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
-    "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
-    "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
-    "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget",
-    "nnUNetTrainerDROAdaptive_noGuard_CPUBudget",
-    "nnUNetTrainerConfigurableSGD",
-    "nnUNetTrainerDRO",
-    "nnUNetTrainerDRO_beta10",
-    "nnUNetTrainerDRO_beta1000",
-    "nnUNetTrainerDRO_noIS",
-    "nnUNetTrainerDRO_beta10_noIS",
-    "nnUNetTrainerDRO_beta1000_noIS",
-    "nnUNetTrainerDRO_SGDnoMomentum",
-    "nnUNetTrainer_SGDnoMomentum",
-    "nnUNetTrainerPerSampleLoss",
-    "nnUNetTrainerDROChi2",
-    "nnUNetTrainerDROChi2_noWarmup",
-    "nnUNetTrainerDRO_warmup",
-    "nnUNetTrainerDROReweight",
-    "nnUNetTrainerL2RW",
-]
+Every trainer (:mod:`nnunet_dro.training.registry`) and its CPU-budget twin
+(:mod:`nnunet_dro.training.budget`) is exported under its class name; ``__all__`` is made from
+them, so the ``-tr`` lookup (which star-imports this package) finds each one.
+"""
+from nnunet_dro.training.budget import BUDGET_TRAINERS
+from nnunet_dro.training.registry import TRAINERS
+from nnunet_dro.training.trainer import DRO_STATE_KEY
+
+globals().update(TRAINERS)
+globals().update(BUDGET_TRAINERS)
+
+__all__ = ["DRO_STATE_KEY", "TRAINERS", "BUDGET_TRAINERS", *TRAINERS, *BUDGET_TRAINERS]

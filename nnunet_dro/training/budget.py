@@ -17,8 +17,9 @@ changes only what a 2-core CPU cannot afford:
   so every arm of one benchmark repetition starts from the same initial weights, and a DRO
   trainer's draws use that seed (the augmentation workers stay unseeded, as in nnU-Net).
 
-Each class is a plain subclass (``class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO)``)
-and is found by ``nnUNetv2_train -tr`` / ``nnUNetv2_predict -tr`` like every trainer of ours.
+Every trainer of :mod:`nnunet_dro.training.registry` gets its twin (``X_CPUBudget`` is ``class
+X_CPUBudget(CPUBudget, X)``, made by :func:`budget_twin`), found by ``nnUNetv2_train -tr`` /
+``nnUNetv2_predict -tr`` like every trainer of ours.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import torch
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
+from nnunet_dro.training.registry import BUDGET_SUFFIX, TRAINERS
 from nnunet_dro.training.stability import learning_time_line, pseudo_dice_history, stability_line
 
 #: Environment variables (nnU-Net style): the seed of a benchmark repetition, and overrides of
@@ -126,112 +128,18 @@ class nnUNetTrainer_CPUBudget_repeat(nnUNetTrainer_CPUBudget):
     difference of this arm to ERM is the run-to-run noise every other comparison carries."""
 
 
-# the arms of the robustness benchmark and the demo (imported here, after the CPUBudget mixin)
-from nnunet_dro.training.trainer import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive  # noqa: E402
-from nnunet_dro.training.variants import (nnUNetTrainerDROAdaptive_f25, nnUNetTrainerDROAdaptive_f50,  # noqa: E402
-                                          nnUNetTrainerDROAdaptive_f75, nnUNetTrainerDROAdaptive_f90,
-                                          nnUNetTrainerDROAdaptive_kappa1, nnUNetTrainerDROAdaptive_noIS,
-                                          nnUNetTrainerDROAdaptive_warm50, nnUNetTrainerDROAdaptive_f25_noIS,
-                                          nnUNetTrainerDROAdaptive_noIS_smooth25, nnUNetTrainerDROAdaptive_noIS_cap5,
-                                          nnUNetTrainerDROAdaptive_f25_noIS_cap5,
-                                          nnUNetTrainerDROAdaptive_f75_noIS, nnUNetTrainerDROAdaptive_f90_noIS,
-                                          nnUNetTrainerDROAdaptive_warm50_noIS,
-                                          nnUNetTrainerDROAdaptive_untilLearned, nnUNetTrainerDROAdaptive_noGuard)
+def budget_twin(trainer: type) -> type:
+    """``<Trainer>_CPUBudget``: ``trainer`` with the CPU budget (``class X_CPUBudget(CPUBudget, X)``,
+    made by ``type`` so that every trainer of :mod:`nnunet_dro.training.registry` has one)."""
+    name = trainer.__name__ + BUDGET_SUFFIX
+    return type(name, (CPUBudget, trainer), {"__module__": __name__, "__qualname__": name,
+                                             "__doc__": f"``{trainer.__name__}`` with the CPU budget."})
 
 
-class nnUNetTrainerDRO_CPUBudget(CPUBudget, nnUNetTrainerDRO):
-    """The paper's DRO setting (beta 100) with the CPU budget."""
-
-
-class nnUNetTrainerDROAdaptive_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive):
-    """Scale-free DRO, the default setting (f = 0.5, no importance weights), with the CPU budget."""
-
-
-class nnUNetTrainerDROAdaptive_f50_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f50):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_f25_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f25):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_f75_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f75):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_f90_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f90):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noIS):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f25_noIS):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noIS_smooth25):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noIS_cap5):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_f25_noIS_cap5_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f25_noIS_cap5):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f75_noIS):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_f90_noIS):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_kappa1_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_kappa1):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_warm50_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_warm50):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_warm50_noIS):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_untilLearned_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_untilLearned):
-    pass
-
-
-class nnUNetTrainerDROAdaptive_noGuard_CPUBudget(CPUBudget, nnUNetTrainerDROAdaptive_noGuard):
-    pass
-
-
-from nnunet_dro.training.cohort import nnUNetTrainerGroupBalanced, nnUNetTrainerGroupDRO  # noqa: E402
-
-
-class nnUNetTrainerGroupBalanced_CPUBudget(CPUBudget, nnUNetTrainerGroupBalanced):
-    """Group-balanced sampling (groups of subgroups.tsv) with the CPU budget."""
-
-
-class nnUNetTrainerGroupDRO_CPUBudget(CPUBudget, nnUNetTrainerGroupDRO):
-    """Group DRO (Sagawa et al. 2020) with the CPU budget."""
-
-
-#: every CPU-budget trainer, by name
-BUDGET_TRAINERS = ("nnUNetTrainer_CPUBudget", "nnUNetTrainer_CPUBudget_repeat", "nnUNetTrainerDRO_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f25_CPUBudget", "nnUNetTrainerDROAdaptive_f50_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f75_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f90_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_kappa1_CPUBudget", "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget", "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget", "nnUNetTrainerDROAdaptive_f25_noIS_cap5_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
-                   "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget", "nnUNetTrainerDROAdaptive_noGuard_CPUBudget",
-                   "nnUNetTrainerGroupBalanced_CPUBudget", "nnUNetTrainerGroupDRO_CPUBudget")
+#: every CPU-budget trainer by name: nnU-Net's ERM, its repeat, and a twin of every trainer of ours
+BUDGET_TRAINERS: dict[str, type] = {
+    "nnUNetTrainer_CPUBudget": nnUNetTrainer_CPUBudget,
+    "nnUNetTrainer_CPUBudget_repeat": nnUNetTrainer_CPUBudget_repeat,
+    **{twin.__name__: twin for twin in map(budget_twin, TRAINERS.values())},
+}
+globals().update(BUDGET_TRAINERS)  # module attributes, so nnU-Net's lookup by name finds them

@@ -21,8 +21,8 @@ from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, CONVERGED_DICE, GROUP_C
 #: ERM, the paper's fixed beta, the default scale-free trainer (f 0.5, no importance weights, cap 5 / n)
 #: and the uncapped trainer at three constraints (the grid of docs/evidence.md; with importance weights
 #: every screened f did worse)
-DEFAULT_ARMS = ("ERM", "DRO_beta100", "Adaptive_f50_noIS_cap5", "Adaptive_f50_noIS", "Adaptive_f75_noIS",
-                "Adaptive_f90_noIS")
+DEFAULT_ARMS = ("ERM", "DRO", "DROAdaptive", "DROAdaptive_noIS", "DROAdaptive_f75_noIS",
+                "DROAdaptive_f90_noIS")
 BASELINE = "ERM"
 STATISTICS = ("mean", "median", "p25", "p10", "p5", "iqr")
 #: targets (issue: adaptive DRO lifts the minority's hardest structure, controls unchanged)

@@ -28,7 +28,8 @@ import pandas as pd
 from nnunet_dro.atomic import write_text_atomic
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
-from nnunet_dro.training.budget import EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
+from nnunet_dro.training.budget import BUDGET_TRAINERS, EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
+from nnunet_dro.training.registry import arm_name
 from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, START_EPOCH, THRESHOLD, all_learned_epoch,
                                           collapsed_epochs, learning_time_text, lost_epochs)
 from nnunet_dro.weighting.hardness import UNIFORM_BETA
@@ -50,32 +51,20 @@ LARGE_TEST_SEED_OFFSET = 1_000_000
 FURTHER_RESULTS = {"large_test": "per_case_large_test.csv", "training": "per_case_training.csv"}
 
 #: Arm name -> CPU-budget trainer (the benchmark's and the demo's choices).
-ARM_TRAINERS = {
-    "ERM": "nnUNetTrainer_CPUBudget",
-    "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat",  # ERM trained again: the run-to-run noise
+#: the arm names of the benchmark record and the journal (before arms were named after their trainers)
+LEGACY_ARMS = {
     "DRO_beta100": "nnUNetTrainerDRO_CPUBudget",
-    "Adaptive_f25": "nnUNetTrainerDROAdaptive_f25_CPUBudget",
-    "Adaptive_f50": "nnUNetTrainerDROAdaptive_f50_CPUBudget",
-    "Adaptive_f75": "nnUNetTrainerDROAdaptive_f75_CPUBudget",
-    "Adaptive_f90": "nnUNetTrainerDROAdaptive_f90_CPUBudget",
-    "Adaptive_f25_noIS": "nnUNetTrainerDROAdaptive_f25_noIS_CPUBudget",
+    **{f"Adaptive_{f}": f"nnUNetTrainerDROAdaptive_{f}_CPUBudget"
+       for f in ("f25", "f50", "f75", "f90", "f25_noIS", "f75_noIS", "f90_noIS", "kappa1", "warm50", "warm50_noIS",
+                 "untilLearned", "noGuard", "f25_noIS_cap5")},
     "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "Adaptive_f50_noIS_smooth25": "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
-    "Adaptive_f50_noIS_cap5": "nnUNetTrainerDROAdaptive_noIS_cap5_CPUBudget",  # = nnUNetTrainerDROAdaptive's default
-    "Adaptive_f25_noIS_cap5": "nnUNetTrainerDROAdaptive_f25_noIS_cap5_CPUBudget",  # the default, stronger
-    "Adaptive_f75_noIS": "nnUNetTrainerDROAdaptive_f75_noIS_CPUBudget",
-    "Adaptive_f90_noIS": "nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget",
-    "Adaptive_kappa1": "nnUNetTrainerDROAdaptive_kappa1_CPUBudget",
-    "Adaptive_warm50": "nnUNetTrainerDROAdaptive_warm50_CPUBudget",
-    "Adaptive_warm50_noIS": "nnUNetTrainerDROAdaptive_warm50_noIS_CPUBudget",
-    # the default after uniform sampling until every structure is learned
-    "Adaptive_untilLearned": "nnUNetTrainerDROAdaptive_untilLearned_CPUBudget",
-    # the default without its stability guard (the guard's measurement)
-    "Adaptive_noGuard": "nnUNetTrainerDROAdaptive_noGuard_CPUBudget",
-    # label-aware comparison arms: they read the cohort's subgroups.tsv (grouped by condition)
-    "GroupBalanced": "nnUNetTrainerGroupBalanced_CPUBudget",
-    "GroupDRO": "nnUNetTrainerGroupDRO_CPUBudget",
+    "Adaptive_f50_noIS_cap5": "nnUNetTrainerDROAdaptive_CPUBudget",  # the default's setting, once a second class
 }
+#: arm -> CPU-budget trainer: every budget trainer under its arm name (the trainer's name without
+#: ``nnUNetTrainer``, ERM for nnU-Net's), ERM run again (ERM_repeat), and the record's arm names
+ARM_TRAINERS = {**{arm_name(name): name for name in BUDGET_TRAINERS if name.endswith("_CPUBudget")},
+                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat", **LEGACY_ARMS}
 
 
 @dataclass(frozen=True)

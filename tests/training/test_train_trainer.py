@@ -15,8 +15,8 @@ from batchgenerators.utilities.file_and_folder_operations import load_json
 
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
-from nnunet_dro.training import (DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS,
-                                 nnUNetTrainerDROAdaptive_noIS_cap5, nnUNetTrainerDROAdaptive_untilLearned)
+from nnunet_dro.training import (DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS, nnUNetTrainerDROAdaptive,
+                                 nnUNetTrainerDROAdaptive_untilLearned)
 from nnunet_dro.training.nnunet_compat import compatibility_problems
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -164,14 +164,14 @@ def test_installed_nnunet_has_the_shape_nnunet_compat_mirrors():
     assert not problems, "nnunetv2 changed shape:\n" + "\n".join(problems)
 
 
-class _CapTrainerForFewCases(nnUNetTrainerDROAdaptive_noIS_cap5):
+class _CapTrainerForFewCases(nnUNetTrainerDROAdaptive):
     dro_max_weight = 1.5  # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
 
 
 def test_cap_trainer_builds_a_capped_scale_free_scheme(label_dataset, monkeypatch):
     """``dro_max_weight`` reaches the scheme: one very hard case is held at c / n of the draws."""
-    assert (nnUNetTrainerDROAdaptive_noIS_cap5.dro_max_weight, nnUNetTrainerDROAdaptive_noIS_cap5.dro_fraction,
-            nnUNetTrainerDROAdaptive_noIS_cap5.dro_importance_sampling) == (5.0, 0.5, False)
+    assert (nnUNetTrainerDROAdaptive.dro_max_weight, nnUNetTrainerDROAdaptive.dro_fraction,
+            nnUNetTrainerDROAdaptive.dro_importance_sampling) == (5.0, 0.5, False)
     trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=_CapTrainerForFewCases)
     try:
         w = trainer.case_weighting

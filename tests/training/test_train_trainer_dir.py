@@ -83,7 +83,6 @@ def test_variants_only_set_attributes_and_keep_nnunet_constructor_signature():
 # gained the cap: a name must keep meaning what the benchmark says it did.
 ADAPTIVE_VARIANTS = {
     "nnUNetTrainerDROAdaptive": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
-    "nnUNetTrainerDROAdaptive_noIS_cap5": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_f25_noIS_cap5": (0.25, False, 5.0, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_noIS": (0.5, False, None, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_f25": (0.25, True, None, "perplexity", 0.0, 1.0, None),
@@ -110,3 +109,44 @@ def test_adaptive_variants_keep_the_settings_they_were_measured_with(name):
     assert got == ADAPTIVE_VARIANTS[name]
     assert cls.dro_scheme == "kl_adaptive" and cls.dro_beta_max == 100.0
     _check_keeps_nnunet_signature_and_sets_only_attributes(cls, "nnUNetTrainerDROAdaptive")
+
+
+def test_a_variant_is_one_class_in_one_file():
+    """Adding a variant is adding one file to nnunet_dro/training/variants/: the class is then
+    exported, found by nnU-Net's -tr lookup, has its CPU-budget twin and is a benchmark arm."""
+    from nnunet_dro.training import variants
+
+    name = "nnUNetTrainerDROAdaptive_f60_testOnly"
+    path = Path(variants.__file__).parent / f"{name}.py"
+    path.write_text("from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive\n\n\n"
+                    f"class {name}(nnUNetTrainerDROAdaptive):\n    dro_fraction = 0.6\n")
+    code = (
+        "import sys\n"
+        "from nnunetv2.utilities.find_objects import recursive_find_trainer_class_by_name as find\n"
+        "import nnunet_dro.training as training\n"
+        "from nnunet_dro.workflows.pipeline import ARM_TRAINERS\n"
+        "name = sys.argv[1]\n"
+        "assert name in training.__all__ and name + '_CPUBudget' in training.__all__\n"
+        "assert find(name).dro_fraction == 0.6 and find(name).__name__ == name\n"
+        "twin = find(name + '_CPUBudget')\n"
+        "assert twin.dro_fraction == 0.6 and twin.budget_epochs == 120\n"
+        "assert ARM_TRAINERS['DROAdaptive_f60_testOnly'] == name + '_CPUBudget'\n"
+        "print('REACHABLE')\n"
+    )
+    env = dict(os.environ)
+    env["nnUNet_extTrainer"] = subprocess.run([str(BIN / "nnunet_dro"), "trainer-dir"], capture_output=True,
+                                              text=True, check=True).stdout.strip()
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        path.unlink()
+    assert proc.returncode == 0 and "REACHABLE" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_every_trainer_has_its_budget_twin_and_arm():
+    from nnunet_dro.workflows.pipeline import ARM_TRAINERS
+
+    for name, cls in training.TRAINERS.items():
+        twin = training.BUDGET_TRAINERS[name + "_CPUBudget"]
+        assert issubclass(twin, cls) and twin.__mro__[1] is training.budget.CPUBudget
+        assert ARM_TRAINERS[name[len("nnUNetTrainer"):].lstrip("_")] == twin.__name__

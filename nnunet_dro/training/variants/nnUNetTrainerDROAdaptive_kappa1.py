@@ -1,0 +1,11 @@
+"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive
+
+
+class nnUNetTrainerDROAdaptive_kappa1(nnUNetTrainerDROAdaptive):
+    """The paper's rule of thumb (beta of the order of 1 / std of the stale losses) as the scale-free
+    rule: ``beta_t = 1 / std(L)``, capped at 100; the comparison arm for the perplexity rule (the
+    default's other settings: no importance weights)."""
+    dro_beta_rule = "spread"
+    dro_kappa = 1.0
+    dro_max_weight = None

@@ -1,0 +1,10 @@
+"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive
+
+
+class nnUNetTrainerDROAdaptive_noIS(nnUNetTrainerDROAdaptive):
+    """f = 0.5 without importance weights and without the probability cap (the benchmark arm
+    Adaptive_f50_noIS; the default until the held-out seeds of the paper-sized cohort)."""
+    dro_fraction = 0.5
+    dro_importance_sampling = False
+    dro_max_weight = None

@@ -1,0 +1,6 @@
+"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+from nnunet_dro.training.trainer import nnUNetTrainerDRO
+
+
+class nnUNetTrainerDRO_beta1000(nnUNetTrainerDRO):
+    dro_beta = 1000.0

@@ -28,6 +28,10 @@ from copy import deepcopy
 
 import torch
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+from nnunetv2.training.nnUNetTrainer.variants.loss.nnUNetTrainerTopkLoss import (nnUNetTrainerDiceTopK10Loss,
+                                                                                 nnUNetTrainerTopk10Loss)
+from nnunetv2.training.nnUNetTrainer.variants.sampling.nnUNetTrainer_probabilisticOversampling import \
+    nnUNetTrainer_probabilisticOversampling_033
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
 from nnunet_dro.training.registry import BUDGET_SUFFIX, TRAINERS
@@ -136,10 +140,15 @@ def budget_twin(trainer: type) -> type:
                                              "__doc__": f"``{trainer.__name__}`` with the CPU budget."})
 
 
-#: every CPU-budget trainer by name: nnU-Net's ERM, its repeat, and a twin of every trainer of ours
+#: what nnU-Net itself offers for rare or small structures, and what its maintainers point users to:
+#: losses on the hardest 10 % of voxels, and foreground oversampling (the benchmark's comparison arms)
+NNUNET_ALTERNATIVES = (nnUNetTrainerDiceTopK10Loss, nnUNetTrainerTopk10Loss, nnUNetTrainer_probabilisticOversampling_033)
+
+#: every CPU-budget trainer by name: nnU-Net's ERM, its repeat, a twin of every trainer of ours and
+#: of nnU-Net's alternatives
 BUDGET_TRAINERS: dict[str, type] = {
     "nnUNetTrainer_CPUBudget": nnUNetTrainer_CPUBudget,
     "nnUNetTrainer_CPUBudget_repeat": nnUNetTrainer_CPUBudget_repeat,
-    **{twin.__name__: twin for twin in map(budget_twin, TRAINERS.values())},
+    **{twin.__name__: twin for twin in map(budget_twin, (*TRAINERS.values(), *NNUNET_ALTERNATIVES))},
 }
 globals().update(BUDGET_TRAINERS)  # module attributes, so nnU-Net's lookup by name finds them

@@ -63,8 +63,12 @@ LEGACY_ARMS = {
 }
 #: arm -> CPU-budget trainer: every budget trainer under its arm name (the trainer's name without
 #: ``nnUNetTrainer``, ERM for nnU-Net's), ERM run again (ERM_repeat), and the record's arm names
+#: short names for nnU-Net's own alternatives (the arms of the comparison with what users try first)
+NNUNET_ALTERNATIVE_ARMS = {"DiceTopK10": "nnUNetTrainerDiceTopK10Loss_CPUBudget",
+                           "TopK10": "nnUNetTrainerTopk10Loss_CPUBudget",
+                           "Oversample033": "nnUNetTrainer_probabilisticOversampling_033_CPUBudget"}
 ARM_TRAINERS = {**{arm_name(name): name for name in BUDGET_TRAINERS if name.endswith("_CPUBudget")},
-                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat", **LEGACY_ARMS}
+                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat", **LEGACY_ARMS, **NNUNET_ALTERNATIVE_ARMS}
 
 
 @dataclass(frozen=True)

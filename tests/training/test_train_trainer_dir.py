@@ -150,3 +150,15 @@ def test_every_trainer_has_its_budget_twin_and_arm():
         twin = training.BUDGET_TRAINERS[name + "_CPUBudget"]
         assert issubclass(twin, cls) and twin.__mro__[1] is training.budget.CPUBudget
         assert ARM_TRAINERS[name[len("nnUNetTrainer"):].lstrip("_")] == twin.__name__
+
+
+@pytest.mark.parametrize("arm, base", [("DiceTopK10", "nnUNetTrainerDiceTopK10Loss"), ("TopK10", "nnUNetTrainerTopk10Loss"),
+                                       ("Oversample033", "nnUNetTrainer_probabilisticOversampling_033")])
+def test_nnunet_alternatives_have_budget_twins_and_arms(arm, base):
+    """nnU-Net's own hard-example losses and oversampling, unchanged but for the CPU budget."""
+    from nnunet_dro.workflows.pipeline import ARM_TRAINERS
+
+    twin = training.BUDGET_TRAINERS[ARM_TRAINERS[arm]]
+    assert twin.__mro__[2].__name__ == base and twin.__mro__[2].__module__.startswith("nnunetv2.")
+    assert twin.__name__ == base + "_CPUBudget" and twin.__name__ in training.__all__
+

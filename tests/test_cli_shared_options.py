@@ -27,8 +27,8 @@ def described(action: argparse.Action, option: str) -> tuple:
     help_text = action.help
     if option == "--test-fraction":  # names what each converter stratifies by
         help_text = help_text.split(" of each ")[0]
-    if option == "-ref":  # required by evaluate; optional for ensemble, where it turns the evaluation on
-        help_text = help_text.removesuffix("; enables evaluation")
+    if option == "-ref":  # optional for ensemble, where it turns the evaluation on, and for evaluate with a
+        help_text = help_text.split("; ")[0]  # trainer folder in -pred; each says so after "; "
     return action.dest, action.nargs, action.const, action.type, action.choices, action.metavar, help_text, action.default
 
 

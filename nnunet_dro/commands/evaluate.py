@@ -4,6 +4,11 @@ Example::
 
     nnunet_dro evaluate -ref labelsTs -pred ERM=pred_erm DRO=pred_dro -o report \\
         -groups subgroups.tsv --group-by condition gestational_age:19,25,30,35,41 -regions feta
+
+nnU-Net's own cross-validation (every fold_N/validation prediction; references: labelsTr)::
+
+    nnunet_dro evaluate -pred CV=$nnUNet_results/Dataset201_FeTA/nnUNetTrainer__nnUNetPlans__3d_fullres \\
+        -o report_cv -groups $nnUNet_raw/Dataset201_FeTA/subgroups.tsv --group-by condition
 """
 from __future__ import annotations
 
@@ -26,10 +31,19 @@ def register(subparsers) -> None:
                     "between methods, tables (csv, json, md, tex) and box plots in OUT_DIR. Files are matched "
                     "by nnU-Net case identifier (file name without its ending).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_reference_argument(parser, required=True)
+    add_reference_argument(parser, required=False,
+                           when_left_out="; may be left out when -pred names a trainer folder: then the labelsTr "
+                                         "of its dataset under $nnUNet_raw")
     parser.add_argument("-pred", type=str, nargs="+", required=True, metavar="NAME=DIR",
-                        help="one or more methods as NAME=DIR (a prediction folder, or an nnU-Net summary.json for "
-                             "Dice only). The first method is the reference of the paired comparison")
+                        help="one or more methods as NAME=DIR: a prediction folder, an nnU-Net summary.json (Dice "
+                             "only), or an nnU-Net trainer folder ($nnUNet_results/DatasetXXX_Name/"
+                             "TRAINER__PLANS__CONFIG, with fold_N subfolders) for its cross-validation: every "
+                             "fold_N/validation prediction. The first method is the reference of the paired "
+                             "comparison")
+    parser.add_argument("--folds", type=non_negative_int, nargs="+", default=None, metavar="N",
+                        help="with a trainer folder in -pred: read only these folds' validation predictions and "
+                             "evaluate only their cases. Default: every fold_N folder present, and then every case "
+                             "of the references must have a prediction")
     parser.add_argument("-o", type=str, required=True, metavar="OUT_DIR", help="output folder for the report")
     add_group_arguments(parser)
     add_scoring_arguments(parser)
@@ -65,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from nnunet_dro.evaluation import api, reports
 
     result = api.evaluate(args.ref, parse_predictions(args.pred), args.o, missing=args.missing,
-                          num_processes=args.np, n_bootstrap=args.bootstrap, progress=True,
+                          num_processes=args.np, n_bootstrap=args.bootstrap, progress=True, folds=args.folds,
                           **evaluation_options(args))
     print(reports.terminal_table(result))
     print(f"Report written to {os.path.abspath(args.o)}", file=sys.stderr)

@@ -27,11 +27,11 @@ from nnunet_dro.commands.arg_types import percentile
 Container = argparse._ActionsContainer  # a parser or an argument group
 
 
-def add_reference_argument(parser: Container, *, required: bool) -> None:
-    """``-ref GT_DIR``: required by ``evaluate``; optional for ``ensemble``, where it turns the
-    evaluation on."""
+def add_reference_argument(parser: Container, *, required: bool, when_left_out: str = "; enables evaluation") -> None:
+    """``-ref GT_DIR``: optional for ``ensemble``, where it turns the evaluation on, and for
+    ``evaluate`` when ``-pred`` names a trainer folder (``when_left_out`` says what then)."""
     parser.add_argument("-ref", type=str, required=required, default=None, metavar="GT_DIR",
-                        help="folder with the reference segmentations" + ("" if required else "; enables evaluation"))
+                        help="folder with the reference segmentations" + ("" if required else when_left_out))
 
 
 def add_group_arguments(parser: Container) -> None:

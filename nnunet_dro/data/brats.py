@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from nnunet_dro.data.raw_dataset import (TEST, TRAIN, check_complete_files, check_label_values,
-                                         raw_dataset_output, read_image_info, read_label_array)
+                                         check_raw_dataset_output, raw_dataset_output, read_image_info,
+                                         read_label_array)
 from nnunet_dro.data.splits import choose_test_cases
 from nnunet_dro.errors import UserError
 
@@ -191,6 +192,7 @@ def convert_brats19(input_dir: Path, dataset_id: int, name: str = "BraTS2019",
 
     Example (shell): ``nnunet_dro convert-brats19 MICCAI_BraTS_2019_Data_Training -d 219``.
     """
+    check_raw_dataset_output(dataset_id, name, overwrite)  # nnUNet_raw set and writable: before any case is read
     root = find_training_root(Path(input_dir))
     cases = find_cases(root)
     mapping_path = root / MAPPING_FILENAME

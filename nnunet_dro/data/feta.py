@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from nnunet_dro.data.raw_dataset import (TEST, TRAIN, check_complete_files, check_label_values,
+                                         check_raw_dataset_output,
                                          label_image_like, raw_dataset_output, read_image_info,
                                          read_label_array)
 from nnunet_dro.data.splits import choose_test_cases
@@ -226,6 +227,7 @@ def convert_feta(input_dir: Path, dataset_id: int, name: str = "FeTA",
 
     Example (shell): ``nnunet_dro convert-feta feta_2.1 -d 201 --three-regions``.
     """
+    check_raw_dataset_output(dataset_id, name, overwrite)  # nnUNet_raw set and writable: before any case is read
     input_dir = Path(input_dir)
     subjects = find_subjects(input_dir)
     participants = read_participants(input_dir / "participants.tsv")

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import SimpleITK as sitk
 
-from nnunet_dro.atomic import atomic_path
+from nnunet_dro.atomic import atomic_path, check_output_folder
 from nnunet_dro.data.nifti import check_complete_nifti, is_nifti
 from nnunet_dro.errors import UserError
 
@@ -286,14 +286,27 @@ def raw_dataset_output(dataset_id: int, name: str, num_channels: int,
     dataset of another name (in raw, preprocessed or results) is a UserError, as nnU-Net could not
     tell the two apart.
     """
+    target = check_raw_dataset_output(dataset_id, name, overwrite)
+    with atomic_path(target) as tmp:
+        yield RawDatasetWriter(tmp, num_channels, target=target)
+
+
+def check_raw_dataset_output(dataset_id: int, name: str, overwrite: bool = False) -> Path:
+    """Everything about the output a converter can check before it reads a case; returns
+    ``$nnUNet_raw/DatasetXXX_Name``.
+
+    ``nnUNet_raw`` set and a folder (or creatable), writable (tested by creating and removing a
+    hidden folder, see :func:`nnunet_dro.atomic.check_output_folder`), the dataset ID free for
+    this name, and no dataset folder of that name unless ``overwrite``. One-line UserError.
+    """
     folder_name = dataset_folder_name(dataset_id, name)
     root = nnunet_raw_root()
+    check_output_folder(root, "nnUNet_raw")
     target = root / folder_name
     _check_id_free(dataset_id, folder_name)
     if target.exists() and not overwrite:
         raise UserError(f"{target} already exists; pass --overwrite to replace it")
-    with atomic_path(target) as tmp:
-        yield RawDatasetWriter(tmp, num_channels, target=target)
+    return target
 
 
 def _is_gzip(path: Path) -> bool:

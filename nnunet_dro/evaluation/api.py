@@ -24,6 +24,8 @@ import pandas as pd
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import reports
+from nnunet_dro.evaluation.crossval import (CrossValidation, check_cases_in_reference, dataset_labels_folder,
+                                            gather_validation, is_trainer_folder)
 from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
 from nnunet_dro.evaluation.metrics import (EMPTY_POLICIES, METRICS, CaseResult, CaseTask, dice_percent,
@@ -64,6 +66,7 @@ class _Method:
     kind: str  # "folder" or "summary"
     files: dict[str, str] | None = None
     summary: dict[str, dict[frozenset[int], SummaryCounts]] | None = None
+    cross_validation: CrossValidation | None = None
 
     @property
     def cases(self) -> set[str]:
@@ -87,7 +90,8 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
                  groups_partial: bool = False, regions: str | RegionSpec | None = None,
                  metrics: Sequence[str] = ("dice",), percentiles: Sequence[float] = (25, 10, 5), empty: str = "one",
                  missing: str = "error", num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True,
-                 echo: Callable[[str], None] | None = None) -> _Inputs:
+                 echo: Callable[[str], None] | None = None,
+                 select_cases: Callable[[dict[str, str]], dict[str, str]] | None = None) -> _Inputs:
     """Check everything :func:`evaluate` can check before a prediction exists: the options, the
     report folder (``output``), the reference folder, the regions (a preset against the
     dataset.json beside the reference folder, see :func:`~nnunet_dro.evaluation.regions.resolve_regions`)
@@ -95,6 +99,8 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
 
     ``nnunet_dro ensemble`` calls it before predicting, so a typo in ``-ref`` or ``-regions`` is
     an error in seconds, not after hours of inference. Raises UserError; notes go to ``echo``.
+    ``select_cases`` (cross-validation input) checks and narrows the reference cases before the
+    group table is matched to them.
     """
     metrics, percentiles = _check_options(method_names, metrics, percentiles, empty, missing, num_processes,
                                           group_by, groups, n_bootstrap)
@@ -102,6 +108,8 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
         reports.check_report_folder(output)
     spec = resolve_regions(regions, reference, strict, echo)
     ref_files = list_segmentations(reference, "reference folder", spec.file_ending)
+    if select_cases is not None:
+        ref_files = select_cases(ref_files)
     assignment = None
     if groups:
         assignment = assign_groups(groups, case_column, list(group_by) if group_by else None, sorted(ref_files),
@@ -115,12 +123,12 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
                    default_num_processes() if num_processes is None else num_processes)
 
 
-def evaluate(reference: str, predictions: Mapping[str, str], output: str | None, *,
+def evaluate(reference: str | None, predictions: Mapping[str, str], output: str | None, *,
              groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
              groups_partial: bool = False, regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
              percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
              num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True, progress: bool = True,
-             echo: Callable[[str], None] | None = None) -> EvaluationResult:
+             folds: Sequence[int] | None = None, echo: Callable[[str], None] | None = None) -> EvaluationResult:
     """Evaluate prediction folders (or nnU-Net summary.json files) against a reference folder.
 
     ``predictions`` maps method names to folders (or summary.json files, Dice/VS only), in the
@@ -133,16 +141,27 @@ def evaluate(reference: str, predictions: Mapping[str, str], output: str | None,
     region whose labels occur in no reference file, or a preset that does not fit the dataset.json
     beside the reference folder, is an error; ``strict=False`` (``--allow-mismatch``) makes them
     warnings. Warnings go to ``echo`` (default: stderr).
+
+    A prediction that is an nnU-Net trainer output folder (``TRAINER__PLANS__CONFIG`` with
+    ``fold_N`` subfolders) is its cross-validation: every ``fold_N/validation`` prediction
+    (``folds``: only those folds, and then only the cases they validated), see
+    :mod:`nnunet_dro.evaluation.crossval`. ``reference=None`` is allowed then: the dataset's
+    ``labelsTr`` under ``$nnUNet_raw``.
     """
     warn = echo or (lambda text: print(text, file=sys.stderr))
+    if output is not None:
+        reports.check_report_folder(output)
+    reference, cross_validations, select_cases = _cross_validation_inputs(reference, predictions, folds)
     inputs = check_inputs(reference, list(predictions), output, groups=groups, group_by=group_by,
                           case_column=case_column, groups_partial=groups_partial, regions=regions, metrics=metrics, percentiles=percentiles,
                           empty=empty, missing=missing, num_processes=num_processes, n_bootstrap=n_bootstrap,
-                          strict=strict, echo=warn)
+                          strict=strict, echo=warn, select_cases=select_cases)
     metrics, percentiles, spec = inputs.metrics, inputs.percentiles, inputs.spec
     ref_files, assignment, num_processes = inputs.ref_files, inputs.assignment, inputs.num_processes
     cases = sorted(ref_files)
-    methods = [_load_method(name, path, metrics, spec.file_ending) for name, path in predictions.items()]
+    methods = [_Method(name, path, "folder", files=cross_validations[name].files,
+                       cross_validation=cross_validations[name]) if name in cross_validations
+               else _load_method(name, path, metrics, spec.file_ending) for name, path in predictions.items()]
     case_report = _check_missing(methods, ref_files, missing, warn)
 
     results = _read_cases(ref_files, methods, spec, "hd95" in metrics, num_processes, progress)
@@ -174,6 +193,32 @@ def evaluate(reference: str, predictions: Mapping[str, str], output: str | None,
     if output is not None:
         reports.write_report(output, result)
     return result
+
+
+def _cross_validation_inputs(reference: str | None, predictions: Mapping[str, str], folds: Sequence[int] | None):
+    """(reference folder, cross-validation of each trainer-folder method, case selection or None)."""
+    cross_validations = {name: gather_validation(name, path, folds) for name, path in predictions.items()
+                         if is_trainer_folder(path)}
+    if folds is not None and not cross_validations:
+        raise UserError("--folds applies to nnU-Net trainer folders (TRAINER__PLANS__CONFIG with fold_N subfolders) "
+                        "given to -pred, and none was given")
+    if reference is None:
+        if not cross_validations:
+            raise UserError("-ref (the folder of reference segmentations) is required unless -pred names an nnU-Net "
+                            "trainer folder (TRAINER__PLANS__CONFIG with fold_N/validation), whose dataset's labelsTr "
+                            "under nnUNet_raw is the default")
+        reference = str(dataset_labels_folder(list(cross_validations.values())))
+    if not cross_validations:
+        return reference, cross_validations, None
+
+    def select_cases(ref_files: dict[str, str]) -> dict[str, str]:
+        check_cases_in_reference(list(cross_validations.values()), reference, set(ref_files))
+        if folds is None:
+            return ref_files  # every fold: every case of the reference must be validated (--missing)
+        covered = set().union(*(cv.files for cv in cross_validations.values()))
+        return {case: path for case, path in ref_files.items() if case in covered}
+
+    return reference, cross_validations, select_cases
 
 
 def _check_options(predictions, metrics, percentiles, empty, missing, num_processes, group_by, groups,
@@ -225,12 +270,17 @@ def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: s
         report["methods"][m.name] = {"source": m.source, "missing_predictions": absent,
                                      "predictions_without_reference": extra,
                                      "evaluated_cases": len(ref_files) - (len(absent) if missing == "skip" else 0)}
+        if m.cross_validation is not None:
+            report["methods"][m.name]["folds"] = m.cross_validation.folds
+            report["methods"][m.name]["fold_of_case"] = dict(sorted(m.cross_validation.fold_of_case.items()))
         if extra:
             warn(f"note: {m.name}: {len(extra)} prediction(s) without reference ignored: {_short_list(extra)}")
         if not absent:
             continue
         if missing == "error":
-            errors.append(f"{m.name} has no prediction for {len(absent)} case(s): {_short_list(absent)}")
+            where = (f" in the validation of fold {', '.join(map(str, m.cross_validation.folds))} (evaluate these "
+                     f"folds' cases only with --folds)" if m.cross_validation is not None else "")
+            errors.append(f"{m.name} has no prediction for {len(absent)} case(s){where}: {_short_list(absent)}")
         elif missing == "worst":
             warn(f"note: {m.name}: {len(absent)} missing prediction(s) scored worst (--missing worst): "
                  f"{_short_list(absent)}")
@@ -517,7 +567,11 @@ def _settings(reference, methods, spec, regions, metrics, percentiles, empty, mi
     return {
         "reference": os.path.abspath(reference),
         "predictions": {m.name: os.path.abspath(m.source) for m in methods},
-        "prediction_kinds": {m.name: m.kind for m in methods},
+        "prediction_kinds": {m.name: "cross-validation" if m.cross_validation else m.kind for m in methods},
+        "cross_validation": {m.name: {"folder": os.path.abspath(m.source), "folds": m.cross_validation.folds,
+                                      "cases": len(m.cross_validation.files),
+                                      "text": m.cross_validation.describe()}
+                             for m in methods if m.cross_validation is not None} or None,
         "regions": {r.name: list(r.labels) for r in regions},
         "region_spec": spec.as_json(),
         "metrics": list(metrics),

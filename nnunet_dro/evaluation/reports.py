@@ -143,6 +143,11 @@ def policy_line(result: EvaluationResult) -> str:
     return f"Empty masks: {s['empty_policy_text']}. Missing predictions: {s['missing_policy_text']}."
 
 
+def cross_validation_lines(result: EvaluationResult) -> list[str]:
+    """One line per cross-validation method: which folds were read, how many cases."""
+    return [f"Cross-validation: {entry['text']}." for entry in (result.settings.get("cross_validation") or {}).values()]
+
+
 def _stat_columns(result: EvaluationResult) -> list[str]:
     return ["n", "mean", "std", "median", "iqr"] + [percentile_column(q) for q in result.settings["percentiles"]]
 
@@ -268,6 +273,9 @@ def markdown_tables(result: EvaluationResult, metrics: list[str] | None = None) 
     lines = ["# Robustness evaluation (nnunet_dro evaluate)", "",
              policy_line(result) + " Percentiles: numpy linear interpolation; iqr = p75 - p25; "
                                    "best value per group and region in bold.", ""]
+    cross_validation = cross_validation_lines(result)
+    if cross_validation:
+        lines += cross_validation + [""]
     for metric, group_column, rows in _table_blocks(result):
         if metrics is not None and metric not in metrics:
             continue
@@ -306,7 +314,7 @@ def latex_tables(result: EvaluationResult) -> str:
     """Paper-style LaTeX tables (booktabs), one per metric and group column."""
     columns = _stat_columns(result)
     out = ["% nnunet_dro evaluate: needs \\usepackage{booktabs}",
-           "% " + policy_line(result), ""]
+           "% " + policy_line(result)] + ["% " + line for line in cross_validation_lines(result)] + [""]
     for metric, group_column, rows in _table_blocks(result):
         out += ["\\begin{table}[ht]", "\\centering",
                 f"\\caption{{{latex_escape(_title(metric, group_column))}. {latex_escape(policy_line(result))}}}",

@@ -330,8 +330,9 @@ def dataset_folder_name(dataset: str, results: Path) -> str:
     try:
         name = maybe_convert_to_dataset_name(dataset)
     except (RuntimeError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"-d {dataset}: {first}") from None
+        # nnU-Net's message lists the folders it looked in on the lines after the first: keep them, on one line
+        text = " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
+        raise UserError(f"-d {dataset}: {text}") from None
     if not _NAME.match(name) or not (results / name).is_dir():
         raise UserError(f"-d {dataset}: no trained models of {name} in nnUNet_results={results}")
     return name

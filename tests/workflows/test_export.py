@@ -75,6 +75,15 @@ def test_bad_arguments(results, tmp_path, capsys, extra, match):
     assert not output.parent.exists()
 
 
+def test_unknown_dataset_lists_the_folders_nnunet_looked_in(results, tmp_path, capsys):
+    """nnU-Net's message ends with the folders it searched; the one-line error keeps them."""
+    code, _, err = run_export(capsys, "-o", tmp_path / "m.zip", "-d", "5", "-tr", "nnUNetTrainerDRO")
+    (line,) = err.strip().splitlines()
+    assert code == 2 and line.startswith("nnunet_dro export: error: -d 5: Could not find a dataset with the ID 5.")
+    assert (f"Here are your currently defined folders: nnUNet_preprocessed=None nnUNet_results={results} "
+            f"nnUNet_raw=None If something is not right, adapt your environment variables.") in line
+
+
 def test_nnunet_results_must_be_set(results, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("nnUNet_results")
     expect_one_line_error(capsys, ["-o", tmp_path / "m.zip", "-d", "977", "-tr", "nnUNetTrainerDRO"],

@@ -1,0 +1,144 @@
+"""nnU-Net's own cross-validation as a method of ``nnunet_dro evaluate``.
+
+``-pred NAME=$nnUNet_results/DatasetXXX_Name/TRAINER__PLANS__CONFIG`` names a trainer output
+folder (recognised by its ``fold_*`` subfolders, the layout of
+:func:`nnunet_dro.workflows.ensemble.trained_model_folder`). Its predictions are the
+``fold_N/validation/CASE.nii.gz`` files that ``nnUNetv2_train`` writes at the end of each fold:
+every case once, predicted by the fold that did not train on it. ``--folds`` restricts the folds
+read (default: every ``fold_N`` folder present; ``fold_all`` trains on every case and has no
+cross-validation). Without ``-ref`` the references are the dataset's ``labelsTr`` under
+``$nnUNet_raw`` (the dataset named by the trainer folder's parent), so the regions default to its
+``dataset.json``.
+
+Refused with a one-line UserError naming the folder: a case in the validation of two folds, a
+fold folder without validation predictions, a fold's ``validation/summary.json`` listing a case
+whose prediction file is missing, validation predictions of cases the reference folder lacks, and
+a requested fold that is not there.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from nnunet_dro.errors import UserError
+from nnunet_dro.evaluation.io import list_segmentations, load_nnunet_summary, split_case_id
+
+FOLD_FOLDER = re.compile(r"^fold_(\d+)$")
+DATASET_FOLDER = re.compile(r"^Dataset\d{3}_.+$")
+
+
+@dataclass
+class CrossValidation:
+    """The validation predictions of one trainer folder: case -> file, and the fold of each case."""
+
+    name: str
+    folder: Path
+    folds: list[int]
+    files: dict[str, str] = field(default_factory=dict)
+    fold_of_case: dict[str, int] = field(default_factory=dict)
+    folds_given: bool = False
+
+    def describe(self) -> str:
+        return (f"{self.name} = fold_N/validation of {self.folder.name}, fold{'s' if len(self.folds) > 1 else ''} "
+                f"{', '.join(map(str, self.folds))} ({len(self.files)} cases)")
+
+
+def is_trainer_folder(path: str | os.PathLike) -> bool:
+    """A folder with ``fold_*`` subfolders (``fold_0`` ... or ``fold_all``): an nnU-Net trainer output."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return False
+    return any(child.name.startswith("fold_") and child.is_dir() for child in folder.iterdir())
+
+
+def _fold_folders(option: str, folder: Path, folds: Sequence[int] | None) -> dict[int, Path]:
+    present = {int(m.group(1)): child for child in folder.iterdir()
+               if child.is_dir() and (m := FOLD_FOLDER.match(child.name))}
+    if folds is None:
+        if not present:
+            raise UserError(f"{option}: no fold_N folder in {folder} (fold_all is trained on every case and has no "
+                            f"cross-validation predictions)")
+        return dict(sorted(present.items()))
+    missing = [f for f in folds if f not in present]
+    if missing:
+        have = ", ".join(map(str, sorted(present))) or "none"
+        raise UserError(f"--folds: {folder} has no fold_{missing[0]} (fold_N folders present: {have})")
+    return {f: present[f] for f in sorted(set(folds))}
+
+
+def gather_validation(name: str, folder: str | os.PathLike, folds: Sequence[int] | None = None) -> CrossValidation:
+    """Every ``fold_N/validation`` prediction of the trainer folder (``folds``: only those)."""
+    folder = Path(folder)
+    option = f"-pred {name}={folder}"
+    cv = CrossValidation(name, folder, [], folds_given=folds is not None)
+    for fold, path in _fold_folders(option, folder, folds).items():
+        validation = path / "validation"
+        has_files = validation.is_dir() and any(split_case_id(p) for p in os.listdir(validation))
+        if not has_files:
+            raise UserError(f"{option}: {path.name}/validation holds no validation predictions (is fold {fold} "
+                            f"finished? choose the folds with --folds)")
+        files = list_segmentations(str(validation), f"validation folder of {name}")
+        _check_against_summary(option, validation, files)
+        for case, file in files.items():
+            if case in cv.files:
+                raise UserError(f"{option}: case {case!r} is in the validation of fold_{cv.fold_of_case[case]} and of "
+                                f"{path.name} (folds of different splits in one folder?)")
+            cv.files[case] = file
+            cv.fold_of_case[case] = fold
+        cv.folds.append(fold)
+    return cv
+
+
+def _check_against_summary(option: str, validation: Path, files: Mapping[str, str]) -> None:
+    """nnU-Net's ``validation/summary.json`` lists the cases the fold validated: each needs its file."""
+    summary = validation / "summary.json"
+    if not summary.is_file():
+        return
+    try:
+        listed = load_nnunet_summary(str(summary))
+    except UserError:
+        return  # not ours to judge; the prediction files are what is evaluated
+    lacking = sorted(set(listed) - set(files))
+    if lacking:
+        raise UserError(f"{option}: {validation.parent.name}/validation/summary.json lists {len(lacking)} case(s) "
+                        f"without a prediction file there: {', '.join(lacking[:3])}"
+                        f"{', ...' if len(lacking) > 3 else ''}")
+
+
+def dataset_labels_folder(cross_validations: Sequence[CrossValidation]) -> Path:
+    """``$nnUNet_raw/DatasetXXX_Name/labelsTr`` of the dataset the trainer folders belong to (the
+    reference folder when ``-ref`` is left out)."""
+    from nnunetv2.paths import nnUNet_raw
+
+    names = {cv.name: cv.folder.resolve().parent.name for cv in cross_validations}
+    first = cross_validations[0]
+    dataset = names[first.name]
+    if not DATASET_FOLDER.match(dataset):
+        raise UserError(f"-pred {first.name}={first.folder}: without -ref the dataset is the trainer folder's parent, "
+                        f"but {dataset!r} is not named DatasetXXX_Name; give -ref")
+    for name, other in names.items():
+        if other != dataset:
+            raise UserError(f"-pred {name}: trainer folder of {other}, but {first.name} is of {dataset}; give -ref")
+    if not nnUNet_raw.is_set() or not nnUNet_raw.get():
+        raise UserError(f"-ref not given and environment variable nnUNet_raw is not set: export nnUNet_raw (its "
+                        f"{dataset}/labelsTr holds the references) or give -ref")
+    labels = Path(nnUNet_raw.get()) / dataset / "labelsTr"
+    if not labels.is_dir():
+        raise UserError(f"-ref not given: the references of {dataset} would be {labels}, which does not exist; "
+                        f"check nnUNet_raw or give -ref")
+    return labels
+
+
+def check_cases_in_reference(cross_validations: Sequence[CrossValidation], reference: str,
+                             reference_cases: set[str]) -> None:
+    """Validation predictions of cases the reference folder lacks: another dataset, or a wrong -ref."""
+    for cv in cross_validations:
+        extra = sorted(set(cv.files) - reference_cases)
+        if extra:
+            folds = sorted({cv.fold_of_case[c] for c in extra})
+            raise UserError(f"-pred {cv.name}={cv.folder}: validation predictions of {len(extra)} case(s) not in the "
+                            f"reference folder {reference} (fold_{', fold_'.join(map(str, folds))}): "
+                            f"{', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''}")

@@ -1,0 +1,98 @@
+"""Just Train Twice (Liu et al., "Just Train Twice: Improving Group Robustness without Training
+Group Information", ICML 2021, arXiv:2107.09044) for nnU-Net: the case-weight table of its second
+training, from a finished first (ERM) training.
+
+JTT is label-free like DRO, but in two trainings instead of one: train ERM, take the training cases
+it fits worst (the *error set*), and train again with those cases drawn ``upweight`` times as often.
+Here the first training's per-case Dice on its training cases comes from its cross-validation (each
+case predicted by the fold that did not train on it: ``-pred TRAINER__PLANS__CONFIG``) or from any
+folder of predictions of the training images; the second training is ``nnUNetTrainerCaseWeights``
+reading the table written here (``case_weights.tsv``, found as
+:mod:`nnunet_dro.training.case_tables` describes).
+
+Rules for the error set (``rule``), applied to the cases' Dice over the regions evaluated:
+
+- ``worst-dice`` (default): a case's lowest region Dice; the ``fraction`` of cases with the lowest
+  values (a case that misses one structure entirely is in it, however well it fits the others);
+- ``mean-dice``: a case's mean region Dice (the Dice part of nnU-Net's loss, averaged).
+
+Ties at the boundary are broken by case identifier, so the table is reproducible.
+
+>>> import pandas as pd
+>>> per_case = pd.DataFrame({"case": ["a", "a", "b", "b", "c", "c"], "region": ["x", "y"] * 3,
+...                          "value": [90.0, 10.0, 60.0, 60.0, 95.0, 96.0]})
+>>> error_set(per_case, fraction=1 / 3, rule="worst-dice"), error_set(per_case, fraction=1 / 3, rule="mean-dice")
+(['a'], ['a'])
+>>> case_weight_table(["a", "b", "c"], ["a"], upweight=5.0)["weight"].tolist()
+[5.0, 1.0, 1.0]
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from nnunet_dro.atomic import write_text_atomic
+from nnunet_dro.errors import UserError
+
+RULES = ("worst-dice", "mean-dice")
+
+
+def case_scores(per_case: pd.DataFrame, rule: str) -> pd.Series:
+    """Per case, the score the rule ranks by (lower: fitted worse), from an evaluation's per-case
+    Dice table (columns ``case``, ``region``, ``value``; NaN regions left out)."""
+    if rule not in RULES:
+        raise UserError(f"--rule {rule!r}: choose one of {', '.join(RULES)}")
+    grouped = per_case.dropna(subset=["value"]).groupby("case")["value"]
+    return (grouped.min() if rule == "worst-dice" else grouped.mean()).sort_index()
+
+
+def error_set(per_case: pd.DataFrame, fraction: float, rule: str = "worst-dice") -> list[str]:
+    """The ``ceil(fraction * n)`` cases with the lowest :func:`case_scores` (ties by identifier)."""
+    if not (0.0 < fraction < 1.0):
+        raise UserError(f"--fraction {fraction}: must lie strictly between 0 and 1")
+    scores = case_scores(per_case, rule)
+    if scores.empty:
+        raise UserError("no case has a Dice to rank: the evaluation scored nothing")
+    ranked = sorted(scores.items(), key=lambda item: (item[1], item[0]))
+    return sorted(case for case, _ in ranked[:math.ceil(fraction * len(ranked))])
+
+
+def case_weight_table(cases: Sequence[str], errors: Sequence[str], upweight: float) -> pd.DataFrame:
+    """``case``/``weight`` rows: ``upweight`` for the error set, 1 for the other cases."""
+    if not (math.isfinite(upweight) and upweight >= 1.0):
+        raise UserError(f"--upweight {upweight}: must be a finite number >= 1")
+    chosen = set(errors)
+    return pd.DataFrame({"case": sorted(cases), "weight": [float(upweight) if c in chosen else 1.0
+                                                            for c in sorted(cases)]})
+
+
+def write_jtt_table(prediction: str, output: str | Path, *, reference: str | None = None, fraction: float = 0.2,
+                    rule: str = "worst-dice", upweight: float = 5.0, regions: str | None = None,
+                    folds: Sequence[int] | None = None, num_processes: int | None = None,
+                    echo: Callable[[str], None] = print) -> pd.DataFrame:
+    """Evaluate the first training (a trainer output folder for its cross-validation, or a
+    prediction folder with ``reference``), choose the error set, write ``output`` atomically and
+    return the table (with each case's score)."""
+    from nnunet_dro.evaluation.api import evaluate
+
+    output = Path(output)
+    if output.suffix != ".tsv":
+        raise UserError(f"-o {output}: the case-weight table is tab-separated; name it case_weights.tsv")
+    if not output.parent.is_dir():
+        raise UserError(f"-o {output}: folder {output.parent} does not exist")
+    result = evaluate(reference, {"ERM": prediction}, None, regions=regions, num_processes=num_processes,
+                      progress=False, folds=folds, echo=echo)
+    per_case = result.per_case[result.per_case["metric"] == "dice"] if "metric" in result.per_case else result.per_case
+    errors = error_set(per_case, fraction, rule)
+    scores = case_scores(per_case, rule)
+    table = case_weight_table(list(scores.index), errors, upweight)
+    table["score"] = table["case"].map(scores).round(3)
+    write_text_atomic(output, table.to_csv(sep="\t", index=False))
+    echo(f"error set ({rule}, worst {fraction:g}): {len(errors)} of {len(table)} cases, drawn {upweight:g} times as "
+         f"often: {', '.join(errors[:8])}{' ...' if len(errors) > 8 else ''}")
+    echo(f"written: {output} (train with: nnUNetv2_train DATASET CONFIG FOLD -tr nnUNetTrainerCaseWeights; the "
+         f"table is read from nnUNet_preprocessed/DatasetXXX_Name/ or $nnUNet_dro_case_weights)")
+    return table

@@ -1,0 +1,94 @@
+"""``nnunet_dro jtt``: Just Train Twice's case-weight table from a finished ERM training, through the
+real CLI on a fake cross-validation (no training), and the table read by the trainers' own reader."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evaluation"))
+from eval_testdata import write_label_map  # noqa: E402
+from test_eval_crossval import CASES, TRAINER, make_world  # noqa: E402
+
+from nnunet_dro.training.case_tables import read_case_weights  # noqa: E402
+from nnunet_dro.workflows.jtt import case_scores, case_weight_table, error_set  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def jtt(*args, env=None):
+    return subprocess.run([str(BIN / "nnunet_dro"), "jtt", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    raw, folders = make_world(tmp_path)
+    monkeypatch.setenv("nnUNet_raw", str(tmp_path / "raw"))
+    folder = folders[TRAINER]
+    # case_004 misses its cerebellum entirely (its worst region 0), case_001 is shifted further
+    write_label_map(folder / "fold_1" / "validation" / "case_004.nii.gz", np.zeros((8, 8, 8), np.uint8))
+    return tmp_path, raw, folder
+
+
+def test_jtt_writes_the_error_set_from_the_cross_validation(world):
+    root, raw, folder = world
+    out = root / "case_weights.tsv"
+    done = jtt("-pred", folder, "-o", out, "--fraction", "0.2", "--upweight", "4", "-np", "1")
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out, sep="\t", dtype={"case": str})
+    assert list(table.columns) == ["case", "weight", "score"] and sorted(table["case"]) == CASES
+    heavy = table.loc[table["weight"] == 4.0, "case"].tolist()
+    assert len(heavy) == 2 and "case_004" in heavy  # ceil(0.2 * 6) = 2; the empty prediction scores 0
+    assert (table.loc[table["weight"] == 1.0, "score"] >= table.loc[table["weight"] == 4.0, "score"].max()).all()
+    weights = read_case_weights(out, sorted(CASES), sorted(CASES))  # what nnUNetTrainerCaseWeights reads
+    assert weights[CASES.index("case_004")] == 4.0 and weights.sum() == 4 * 2 + 4
+    assert "error set (worst-dice, worst 0.2): 2 of 6 cases" in done.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--fraction", "0"], "--fraction 0.0: must lie strictly between 0 and 1"),
+    (["--fraction", "1.5"], "--fraction 1.5: must lie strictly between 0 and 1"),
+    (["--upweight", "0.5"], "--upweight 0.5: must be a finite number >= 1"),
+])
+def test_bad_options_are_one_line_errors_and_write_nothing(world, args, message):
+    root, raw, folder = world
+    out = root / "case_weights.tsv"
+    done = jtt("-pred", folder, "-o", out, "-np", "1", *args)
+    assert done.returncode == 2 and message in done.stderr and not out.exists()
+    assert len([line for line in done.stderr.splitlines() if "error" in line]) == 1
+
+
+def test_output_must_be_a_tsv_in_an_existing_folder(world):
+    root, raw, folder = world
+    for out, message in ((root / "weights.csv", "name it case_weights.tsv"), (root / "no" / "case_weights.tsv", "does not exist")):
+        done = jtt("-pred", folder, "-o", out, "-np", "1")
+        assert done.returncode == 2 and message in done.stderr
+
+
+# (per-case Dice rows, fraction, rule, expected error set)
+RULE_CASES = {
+    "worst region decides": ([("a", 95, 5), ("b", 50, 50), ("c", 90, 90)], 0.33, "worst-dice", ["a"]),
+    "mean decides": ([("a", 95, 5), ("b", 40, 40), ("c", 90, 90)], 0.33, "mean-dice", ["b"]),
+    "ties by identifier": ([("b", 50, 50), ("a", 50, 50), ("c", 90, 90)], 0.33, "worst-dice", ["a"]),
+    "rounded up": ([("a", 10, 10), ("b", 20, 20), ("c", 30, 30)], 0.5, "worst-dice", ["a", "b"]),
+    "NaN region ignored": ([("a", 10, float("nan")), ("b", 20, 5), ("c", 30, 30)], 0.33, "worst-dice", ["b"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RULE_CASES))
+def test_error_set_rules(name):
+    rows, fraction, rule, expected = RULE_CASES[name]
+    per_case = pd.DataFrame([(c, r, v) for c, x, y in rows for r, v in (("x", x), ("y", y))],
+                            columns=["case", "region", "value"])
+    assert error_set(per_case, fraction, rule) == expected
+    assert list(case_scores(per_case, rule).index) == sorted(c for c, _, _ in rows)
+
+
+def test_weight_table_keeps_every_case():
+    table = case_weight_table(["c", "a", "b"], ["b"], 3.0)
+    assert table.to_dict("list") == {"case": ["a", "b", "c"], "weight": [1.0, 3.0, 1.0]}

@@ -53,7 +53,8 @@ from nnunet_dro.atomic import atomic_path, write_text_atomic
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
 from nnunet_dro.workflows.benchmark_analysis import (BASELINE, DEFAULT_ARMS, hardest_regions, large_test_section,
-                                                     learning_time_section, markdown_report, p10_interval_section,
+                                                     label_noise_section, learning_time_section, markdown_report,
+                                                     p10_interval_section,
                                                      p10_intervals, paired_comparison, parse_arms, parse_seeds,
                                                      plot_tradeoff, summary_by_seed, summary_over_seeds,
                                                      targets_check, terminal_report, training_fit,
@@ -110,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-test", type=int, default=Cohort.n_test,
                         help=f"test cases per cohort (a third per group). Default: {Cohort.n_test}")
     parser.add_argument("--size", type=int, default=32, help="voxels per side. Default: 32")
+    parser.add_argument("--label-noise", type=int, default=0, metavar="K",
+                        help="corrupt the labels of K training cases (half from the minorities; in turn a structure "
+                             "erased, two labels swapped, the mask shifted), seeded; the test cases stay clean; the "
+                             "report gives each arm's share of draws on them. Default: 0 (clean)")
     parser.add_argument("-o", dest="output", default="results/robustness",
                         help="output and working folder. Default: results/robustness")
     parser.add_argument("-device", default="cpu", choices=["cpu", "cuda", "mps"], help="Default: cpu")
@@ -149,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--arms {args.arms!r}: the comparison needs the {BASELINE} arm")
     for flag, value, low in (("--epochs", args.epochs, 1), ("--iterations", args.iterations, 1),
                              ("--n-train", args.n_train, 5), ("--n-test", args.n_test, 3), ("--size", args.size, 16),
-                             ("--large-test", args.large_test, 0)):
+                             ("--large-test", args.large_test, 0), ("--label-noise", args.label_noise, 0)):
         if value is not None and value < low:
             raise UserError(f"{flag} {value}: must be at least {low}")
     budget = Budget(args.epochs, args.iterations)
@@ -165,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     say = lambda text: print(text, flush=True)  # noqa: E731
     tables, large_tables, training_tables, run_rows = [], [], [], []
     for seed in seeds:
-        cohort = Cohort(args.n_train, args.n_test, args.size, seed)
+        cohort = Cohort(args.n_train, args.n_test, args.size, seed, args.label_noise)
         folder = runs_folder / f"seed_{seed}"
         if args.report_only and not folder.is_dir():
             continue
@@ -189,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
             trainer = summary.get("trainer", ARM_TRAINERS[arm])
             summary.update({f"draw_share_{group}": share for group, share in ws.draw_shares(trainer, finished=True).items()},
                            minority_hardness_auc=ws.minority_hardness_auc(trainer),
-                           busiest_case_draws=ws.busiest_case_draws(trainer))
+                           busiest_case_draws=ws.busiest_case_draws(trainer),
+                           noisy_draw_share=ws.noisy_draw_share(trainer), noisy_cases=len(ws.noisy_cases()))
             if "all_learned_epoch" not in summary:
                 summary["all_learned_epoch"] = ws.all_learned_epoch(trainer)
             say(convergence_line(f"{arm} seed {seed}", summary))
@@ -217,7 +223,8 @@ def run(args: argparse.Namespace) -> int:
     hardest = hardest_regions(summary)
     targets = targets_check(by_seed, paired, runs, hardest)
     settings = {"seeds": sorted(set(runs["seed"])), "arms": [a for a in arms if a in set(runs["arm"])],
-                "cohort": {"n_train": args.n_train, "n_test": args.n_test, "size": args.size},
+                "cohort": {"n_train": args.n_train, "n_test": args.n_test, "size": args.size,
+                           "label_noise": args.label_noise},
                 "budget": ("CPU budget defaults: 120 epochs x 25 iterations" if budget == Budget()
                            else f"overridden: {budget}"),
                 "device": args.device, "seconds": round(time.perf_counter() - started, 1), "runs": str(runs_folder)}
@@ -231,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
     intervals = p10_intervals(per_case, hardest)
     write_text_atomic(out / "p10_intervals.csv", intervals.to_csv(index=False))
     sections = learning_time_section(per_case, runs, hardest, settings["arms"]) + p10_interval_section(intervals)
+    sections += label_noise_section(runs, args.n_train)
     if large_tables:
         large = pd.concat(large_tables, ignore_index=True)
         write_text_atomic(out / "per_case_large_test.csv", large.to_csv(index=False))

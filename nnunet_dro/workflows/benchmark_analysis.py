@@ -610,3 +610,25 @@ def plot_tradeoff(path: Path, by_seed: pd.DataFrame, hardest: dict[str, str], ar
         plt.close(fig)
 
 
+def label_noise_section(runs: pd.DataFrame, n_train: int) -> list[str]:
+    """With ``--label-noise``: each arm's share of the training draws on the noisy cases against
+    uniform sampling's (their share of the training cases), mean over seeds; nothing otherwise.
+
+    >>> runs = pd.DataFrame({"arm": ["ERM", "DRO"], "seed": [0, 0], "noisy_cases": [4, 4],
+    ...                      "noisy_draw_share": [0.1, 0.3]})
+    >>> print("\\n".join(label_noise_section(runs, 40)[2:-1]))
+    | arm | seeds | noisy cases | share of draws on them | x uniform |
+    |---|---:|---:|---:|---:|
+    | ERM | 1 | 4 | 0.100 | 1.0 |
+    | DRO | 1 | 4 | 0.300 | 3.0 |
+    """
+    if "noisy_draw_share" not in runs or not (runs.get("noisy_cases", pd.Series(dtype=float)) > 0).any():
+        return []
+    lines = ["## Label noise: are the noisy cases chased?", "",
+             "| arm | seeds | noisy cases | share of draws on them | x uniform |", "|---|---:|---:|---:|---:|"]
+    for arm, rows in runs.groupby("arm", sort=False):
+        share = float(np.nanmean(rows["noisy_draw_share"].astype(float)))
+        cases = int(rows["noisy_cases"].max())
+        lines.append(f"| {arm} | {len(rows)} | {cases} | {share:.3f} | {share / (cases / n_train):.1f} |")
+    return lines + [""]
+

@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 
 from nnunet_dro.atomic import write_text_atomic
+from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
+from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
 from nnunet_dro.training.budget import BUDGET_TRAINERS, EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
@@ -83,6 +85,8 @@ class Cohort:
     n_test: int = 60
     size: int = 32
     seed: int = 0
+    #: training cases whose labels are corrupted (:mod:`nnunet_dro.data.label_noise`); test cases stay clean
+    label_noise: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ class Workspace:
         path = self.folder / "cohort.json"
         wanted = asdict(self.cohort)
         if path.is_file():
-            found = json.loads(path.read_text())
+            found = {"label_noise": 0, **json.loads(path.read_text())}  # folders made before label noise existed
             if found != wanted:
                 raise UserError(f"{path}: this folder was made with cohort {found}, not {wanted}; use the same "
                                 f"cohort settings, another output folder, or --overwrite")
@@ -139,6 +143,15 @@ class Workspace:
                             self.raw.name.split("_", 1)[1], "--n-train", str(c.n_train), "--n-test", str(c.n_test),
                             "--size", str(c.size), "--seed", str(c.seed), "--overwrite"], self.env, self.log_file)
         subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
+        if c.label_noise and not (self.folder / LABEL_NOISE_RECORD).is_file():
+            if self._preprocessed():
+                raise UserError(f"{self.folder}: preprocessed without the label noise asked for now; use another "
+                                f"output folder or --overwrite")
+            train = subgroups[subgroups["split"] == "train"]
+            rows = corrupt_training_labels(self.raw / "labelsTr", dict(zip(train["case"], train[GROUP_COLUMN])),
+                                           c.label_noise, MINORITY_GROUPS, c.seed, self.folder / LABEL_NOISE_RECORD)
+            self.echo(f"  label noise: {len(rows)} training cases corrupted ("
+                      + ", ".join(f"{r['case']} {r['group']}: {r['what']}" for r in rows) + ")")
         if not self._preprocessed():
             self.echo("  nnUNetv2_plan_and_preprocess")
             # nnU-Net's planner calls torch.set_num_threads(nnUNet_n_proc_DA), which fails for 0
@@ -204,6 +217,24 @@ class Workspace:
             return {}
         total = float(counts.sum())
         return {str(g): float(v) / total for g, v in counts.items()} if total > 0 else {}
+
+    def noisy_cases(self) -> list[str]:
+        """The training cases whose labels were corrupted (none without label noise)."""
+        record = self.folder / LABEL_NOISE_RECORD
+        return [row["case"] for row in json.loads(record.read_text())] if record.is_file() else []
+
+    def noisy_draw_share(self, trainer: str) -> float:
+        """Share of the training draws that went to the noisy cases (uniform sampling: their share of
+        the training cases, which is also what a run without a hardness report gets); NaN without
+        label noise."""
+        noisy = set(self.noisy_cases())
+        if not noisy:
+            return float("nan")
+        report = self._hardness_report(trainer)
+        if report is None:
+            return len(noisy) / self.cohort.n_train
+        total = float(report["times_drawn"].sum())
+        return float(report.loc[report["case"].isin(noisy), "times_drawn"].sum()) / total if total > 0 else float("nan")
 
     def busiest_case_draws(self, trainer: str) -> float:
         """How far a case-weighting run concentrated on single cases: the most-drawn training case's

@@ -10,10 +10,8 @@ import pytest
 
 import nnunet_dro
 
-#: old module paths kept one release; importing them only warns
-DEPRECATED_ALIASES = {"nnunet_dro.sampling.reweighting", "nnunet_dro.sampling.learning_to_reweight"}
 MODULES = sorted(m.name for m in pkgutil.walk_packages(nnunet_dro.__path__, "nnunet_dro.")
-                 if m.name not in DEPRECATED_ALIASES and not m.name.endswith("__main__"))
+                 if not m.name.endswith("__main__"))
 
 
 def test_the_package_has_modules_to_check():

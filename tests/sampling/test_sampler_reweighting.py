@@ -49,16 +49,3 @@ def test_schedule_anneals_and_restarts_the_mean():
 def test_invalid_settings(schedule, momentum):
     with pytest.raises(ValueError):
         KLReweighter(schedule, momentum)
-
-
-@pytest.mark.parametrize("old, new, name", [
-    ("nnunet_dro.sampling.reweighting", "nnunet_dro.weighting.kl_reweighter", "KLReweighter"),
-    ("nnunet_dro.sampling.learning_to_reweight", "nnunet_dro.weighting.learning_to_reweight", "learning_to_reweight"),
-])
-def test_the_old_module_paths_still_import_with_a_deprecation_warning(old, new, name):
-    import importlib
-    import sys
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=new):
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)

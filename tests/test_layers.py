@@ -1,0 +1,83 @@
+"""The package's import layers: each subpackage imports only the layers below it (never upward),
+and no two modules import each other in a circle. Read from the source (every ``import`` and
+``from ... import`` of ``nnunet_dro``, also inside functions), so a new upward arrow fails here
+before it tangles the architecture."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "nnunet_dro"
+#: layer of each top-level part (a part may import any part of a lower layer, and itself)
+LAYERS = {
+    "__init__": 0, "errors": 0,
+    "atomic": 1, "tables": 1,
+    "sampling": 2, "data": 2,
+    "weighting": 3, "evaluation": 3,
+    "training": 4, "experiments": 4,
+    "ext_trainers": 5,
+    "workflows": 6,
+    "commands": 7,
+    "cli": 8, "__main__": 9,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def part_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports_of(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("nnunet_dro"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("nnunet_dro"))
+    return found
+
+
+GRAPH = {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_part_has_a_layer():
+    assert {part_of(m) for m in GRAPH} == set(LAYERS)
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_no_upward_import(module):
+    mine = LAYERS[part_of(module)]
+    upward = sorted(t for t in GRAPH[module] if part_of(t) != part_of(module) and LAYERS[part_of(t)] >= mine)
+    assert not upward, f"{module} (layer {mine}) imports {upward}"
+
+
+def test_no_import_cycle_between_modules():
+    known = set(GRAPH)
+
+    def resolve(target: str) -> str | None:  # "pkg.mod.Name" -> the module it names
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    edges = {m: {r for t in ts if (r := resolve(t)) and r != m and not m.startswith(r + ".")} for m, ts in GRAPH.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for start in sorted(edges):
+        if start not in state:
+            visit(start, [start])

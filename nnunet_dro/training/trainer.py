@@ -478,7 +478,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         structure learned (every rank logs the same gathered pseudo-Dice, so all release together)."""
         threshold = self.dro_uniform_until_learned
         weighting = self.case_weighting
-        if threshold is None or weighting is None or not getattr(weighting, "held_uniform", False):
+        if threshold is None or weighting is None or not weighting.held_uniform:
             return
         if history and all_learned(history[-1], float(threshold)):
             weighting.release()
@@ -536,12 +536,12 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         if self.local_rank != 0 or self.case_weighting is None:
             return
         w = self.case_weighting
-        groups = getattr(w, "groups", None)
+        groups = w.groups
         table = hardness_table(self.dro_case_ids, np.array(w.losses), w.probabilities(), np.array(w.draw_counts),
                                groups=groups)
         write_hardness_csv(join(self.output_folder, HARDNESS_CSV), table)
         if groups is not None:
-            q = w.group_weights() if hasattr(w, "group_weights") else None
+            q = w.group_weights()
             write_group_csv(join(self.output_folder, GROUPS_CSV), group_table(table, q))
         self._dro_progress_pacer.draw(
             lambda: plot_dro_progress(join(self.output_folder, PROGRESS_PNG), self._dro_history,

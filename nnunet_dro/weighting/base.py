@@ -108,6 +108,10 @@ class CaseWeighting(ABC):
     uniform_draws: bool = False
     #: Short name of the scheme (logs, checkpoints).
     scheme: str = "abstract"
+    #: True while the scheme samples uniformly until released (the adaptive scheme's ERM phase).
+    held_uniform: bool = False
+    #: Each case's group name, for schemes that know groups (None: none).
+    groups: NDArray[np.str_] | None = None
 
     def __init__(self, num_cases: int):
         num_cases = int(num_cases)
@@ -134,6 +138,10 @@ class CaseWeighting(ABC):
     @abstractmethod
     def update(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
         """Fold the fresh losses of a batch (all ranks) into the state."""
+
+    def group_weights(self) -> dict[str, float] | None:
+        """The scheme's weight per group (group DRO's ``q``); None for schemes without one."""
+        return None
 
     def set_progress(self, fraction: float) -> None:
         """Fraction of training done (0..1); schemes with a schedule use it."""

@@ -241,7 +241,7 @@ def commands_mentioned(page: Path) -> list[tuple[str, ...]]:
             mentioned.append(command.argv[:executable_of(command.argv)[1]])
     for _, span in inline_code(page):
         if span in subparsers() or (span.startswith("nnunet_dro ") and span.split()[1] in subparsers()):
-            mentioned.append(("nnunet_dro", span.split()[-1]))
+            mentioned.append(("nnunet_dro", span.split()[1] if " " in span else span))
     return list(dict.fromkeys(mentioned))
 
 

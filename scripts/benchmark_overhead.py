@@ -58,7 +58,9 @@ def make_synthetic_dataset(root: Path, dataset_id: int, num_cases: int, size: in
                    env={**os.environ, "nnUNet_n_proc_DA": "2"})  # planning crashes with 0
 
 
-def build_trainer(cls, dataset_id: int):
+def build_trainer(cls, dataset_id: int, device: str = "cpu"):
+    """``cls`` on fold 0 of the dataset, initialised with its loaders, in training mode; the same
+    initial weights for every trainer (``scripts/gpu_check.py`` builds its trainers here too)."""
     import torch
     from batchgenerators.utilities.file_and_folder_operations import join, load_json
     from nnunetv2.paths import nnUNet_preprocessed
@@ -68,12 +70,32 @@ def build_trainer(cls, dataset_id: int):
     plans = load_json(join(folder, "nnUNetPlans.json"))
     plans["continue_training"] = False
     torch.manual_seed(0)  # same initial weights for both trainers
-    trainer = cls(plans, "3d_fullres", 0, load_json(join(folder, "dataset.json")), device=torch.device("cpu"))
+    trainer = cls(plans, "3d_fullres", 0, load_json(join(folder, "dataset.json")), device=torch.device(device))
     trainer.initialize()
     trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
     trainer.network.train()
     trainer.on_train_epoch_start()
     return trainer
+
+
+def interleaved_step_times(trainers: dict, warmup: int, n: int, sync=lambda: None) -> dict[str, list[float]]:
+    """Seconds of ``train_step`` per trainer, the trainers stepped in turn (the order alternating
+    every iteration, so load drifts hit all alike), batches fetched outside the timed region,
+    ``sync()`` (e.g. ``torch.cuda.synchronize``) around each step; the first ``warmup`` iterations
+    are not kept."""
+    times = {name: [] for name in trainers}
+    order = list(trainers)
+    for it in range(warmup + n):
+        for name in (order if it % 2 == 0 else order[::-1]):
+            trainer = trainers[name]
+            batch = next(trainer.dataloader_train)
+            sync()
+            start = time.perf_counter()
+            trainer.train_step(batch)
+            sync()
+            if it >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return times
 
 
 def time_loss_only(erm, dro, repeats: int):
@@ -183,17 +205,7 @@ def main(argv=None) -> int:
     trainers = {"ERM nnUNetTrainer": build_trainer(nnUNetTrainer, dataset_id)}
     for name in names:
         trainers[name] = build_trainer(getattr(training, name), dataset_id)
-    times = {name: [] for name in trainers}
-    order = list(trainers)
-    for it in range(args.warmup + args.n):
-        for name in (order if it % 2 == 0 else order[::-1]):
-            trainer = trainers[name]
-            batch = next(trainer.dataloader_train)
-            start = time.perf_counter()
-            trainer.train_step(batch)
-            elapsed = time.perf_counter() - start
-            if it >= args.warmup:
-                times[name].append(elapsed)
+    times = interleaved_step_times(trainers, args.warmup, args.n)
     erm = trainers["ERM nnUNetTrainer"]
     patch = erm.configuration_manager.patch_size
     num_cases = len(erm.get_tr_and_val_datasets()[0].identifiers)

@@ -48,7 +48,6 @@ import json
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -476,7 +475,7 @@ class GPUCheck:
         """Interleaved per-iteration timing in this process (``scripts/benchmark_overhead.py``'s
         method, with CUDA synchronisation), then the epoch-end additions of each DRO trainer."""
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from benchmark_overhead import time_epoch_additions
+        from benchmark_overhead import build_trainer, interleaved_step_times, time_epoch_additions
 
         for key in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
             os.environ[key] = self.env[key]
@@ -487,23 +486,11 @@ class GPUCheck:
 
         import nnunet_dro.training as training
 
-        device = torch.device(self.device)
         classes = {"nnUNetTrainer": nnUNetTrainer, **{t: getattr(training, t) for t in TRAINERS[1:]}}
-        trainers = {name: _build_trainer(cls, device) for name, cls in classes.items()}
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        times: dict[str, list[float]] = {name: [] for name in trainers}
-        order = list(trainers)
+        trainers = {name: build_trainer(cls, DATASET_ID, self.device) for name, cls in classes.items()}
+        sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
         s = self.sizes
-        for it in range(s.warmup_iterations + s.timed_iterations):
-            for name in (order if it % 2 == 0 else order[::-1]):
-                trainer = trainers[name]
-                batch = next(trainer.dataloader_train)
-                sync()
-                start = time.perf_counter()
-                trainer.train_step(batch)
-                sync()
-                if it >= s.warmup_iterations:
-                    times[name].append(time.perf_counter() - start)
+        times = interleaved_step_times(trainers, s.warmup_iterations, s.timed_iterations, sync)
         erm = np.asarray(times["nnUNetTrainer"])
         timing = {"timed_iterations": s.timed_iterations, "warmup_iterations": s.warmup_iterations,
                   "median_seconds": {n: float(np.median(v)) for n, v in times.items()}, "ratios": {}}
@@ -531,25 +518,6 @@ class GPUCheck:
                 trainer._close_case_weighting()
         self.report.timing = timing
         return "; ".join(lines)
-
-
-def _build_trainer(cls, device):
-    """``cls`` on fold 0 of the check's dataset, initialised with its loaders, in training mode; the
-    same initial weights for every trainer."""
-    import torch
-    from batchgenerators.utilities.file_and_folder_operations import join, load_json
-    from nnunetv2.paths import nnUNet_preprocessed
-
-    folder = join(nnUNet_preprocessed, DATASET_NAME)
-    plans = load_json(join(folder, "nnUNetPlans.json"))
-    plans["continue_training"] = False  # what nnUNetv2_train's get_trainer_from_args adds
-    torch.manual_seed(0)
-    trainer = cls(plans, "3d_fullres", 0, load_json(join(folder, "dataset.json")), device=device)
-    trainer.initialize()
-    trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
-    trainer.network.train()
-    trainer.on_train_epoch_start()
-    return trainer
 
 
 def print_report(report: Report) -> None:

@@ -85,7 +85,7 @@ def write_jtt_table(prediction: str, output: str | Path, *, reference: str | Non
         raise UserError(f"-o {output}: folder {output.parent} does not exist")
     result = evaluate(reference, {"ERM": prediction}, None, regions=regions, num_processes=num_processes,
                       progress=False, folds=folds, echo=echo)
-    per_case = result.per_case[result.per_case["metric"] == "dice"] if "metric" in result.per_case else result.per_case
+    per_case = result.per_case[result.per_case["metric"] == "dice"]
     errors = error_set(per_case, fraction, rule)
     scores = case_scores(per_case, rule)
     table = case_weight_table(list(scores.index), errors, upweight)

@@ -13,6 +13,13 @@ import nnunet_dro.training as training
 BIN = Path(sys.executable).parent
 
 
+def ext_trainer_env() -> dict:
+    """This environment with nnUNet_extTrainer set to what ``nnunet_dro trainer-dir`` prints."""
+    folder = subprocess.run([str(BIN / "nnunet_dro"), "trainer-dir"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    return {**os.environ, "nnUNet_extTrainer": folder}
+
+
 @pytest.mark.parametrize("command", [[str(BIN / "nnunet_dro"), "trainer-dir"],
                                      [sys.executable, "-m", "nnunet_dro", "trainer-dir"]],
                          ids=["console-script", "python-m"])
@@ -35,9 +42,7 @@ def test_nnunet_lookup_finds_every_trainer_through_ext_trainer_folder():
         "    assert cls.__name__ == name and cls.__module__.startswith('nnunet_dro.training'), cls\n"
         "    print('FOUND', name)\n"
     )
-    env = dict(os.environ)
-    env["nnUNet_extTrainer"] = subprocess.run([str(BIN / "nnunet_dro"), "trainer-dir"], capture_output=True,
-                                              text=True, check=True).stdout.strip()
+    env = ext_trainer_env()
     proc = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [l for l in proc.stdout.splitlines() if l.startswith("FOUND")] == [f"FOUND {n}" for n in names]
@@ -133,9 +138,7 @@ def test_a_variant_is_one_class_in_one_file():
         "assert ARM_TRAINERS['DROAdaptive_f60_testOnly'] == name + '_CPUBudget'\n"
         "print('REACHABLE')\n"
     )
-    env = dict(os.environ)
-    env["nnUNet_extTrainer"] = subprocess.run([str(BIN / "nnunet_dro"), "trainer-dir"], capture_output=True,
-                                              text=True, check=True).stdout.strip()
+    env = ext_trainer_env()
     try:
         proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, env=env, timeout=300)
     finally:

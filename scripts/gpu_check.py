@@ -18,12 +18,12 @@ Steps (each ok / failed with its reason; a failed step skips the steps that need
    augmentation workers, nnU-Net's final validation. Run side by side (``-j``). Afterwards every
    logged train loss, stale loss and importance weight must be finite, no fresh loss skipped as
    non-finite, and the GradScaler's scale finite and positive.
-4. ``kill and resume``: nnUNetTrainerDROAdaptive on fold 1 killed (SIGKILL to its process group)
-   in the epoch after its first checkpoint, ``nnunet_dro cleanup-shm``, ``--c``: the workers must
+4. ``kill and resume`` (beside the trainings of step 3): nnUNetTrainerDROAdaptive on fold 1 killed
+   (SIGKILL to its process group) in the epoch after its first checkpoint, ``nnunet_dro cleanup-shm``, ``--c``: the workers must
    start from exactly the checkpoint's stale losses and draw counts, and the run must finish.
 5. ``iteration time``: nnUNetTrainer and the DRO trainers built in this process on the device and
    timed step by step, interleaved (the order alternates), ``torch.cuda.synchronize()`` around
-   each step, batches fetched outside the timed region (the method of
+   each step, batches fetched outside the timed region (from augmentation workers on a GPU) (the method of
    ``scripts/benchmark_overhead.py``); ratio of medians and median of paired ratios, and what a
    DRO trainer adds at each epoch's end, per nnU-Net epoch of 250 iterations. The ratios are
    reported, not failed (target <= 1.01).
@@ -47,11 +47,13 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -61,6 +63,14 @@ from pathlib import Path
 import numpy as np
 
 BIN = Path(sys.executable).parent
+
+
+def tool(name: str) -> Path:
+    """A console script of nnU-Net or this package: beside this Python, else on PATH (e.g. after
+    ``pip install --target DIR`` with DIR/bin on PATH)."""
+    beside = BIN / name
+    found = shutil.which(name)
+    return beside if beside.exists() or found is None else Path(found)
 DATASET_ID = 987
 DATASET_NAME = "Dataset987_GPUCheckFetal"
 TRAINERS = ("nnUNetTrainer", "nnUNetTrainerDRO", "nnUNetTrainerDROAdaptive", "nnUNetTrainerGroupBalanced")
@@ -132,6 +142,7 @@ class Sizes:
     resume_epochs: int = 3
     timed_iterations: int = 30
     warmup_iterations: int = 8  # torch.compile compiles in the first steps
+    timing_workers: int = 3    # augmentation workers per trainer while timing (batches fetched outside the timing)
     workers: int = 4           # nnUNet_n_proc_DA per training
     trainers: tuple = TRAINERS  # trained through nnUNetv2_train (the others are only timed, in-process)
     validated: tuple = TRAINERS  # run nnU-Net's final validation
@@ -142,7 +153,7 @@ GPU_SIZES = Sizes()
 # on CPU every nnU-Net process costs seconds of imports: train (and predict with) the default DRO
 # trainer and ERM only; nnUNetTrainerDRO and nnUNetTrainerGroupBalanced are still timed in-process
 QUICK_SIZES = Sizes(size=24, n_train=6, n_test=2, epochs=1, iterations=2, val_iterations=1, resume_epochs=3,
-                    timed_iterations=3, warmup_iterations=1, workers=2, trainers=("nnUNetTrainer", RESUMED),
+                    timed_iterations=3, warmup_iterations=1, timing_workers=0, workers=2, trainers=("nnUNetTrainer", RESUMED),
                     validated=(RESUMED,), predicted=(RESUMED,))
 
 
@@ -245,7 +256,7 @@ class GPUCheck:
         return (results or self.results) / DATASET_NAME / f"{trainer}__nnUNetPlans__3d_fullres" / f"fold_{fold}"
 
     def train_args(self, trainer: str, fold: int = 0, *extra) -> list:
-        return [BIN / "nnUNetv2_train", DATASET_ID, "3d_fullres", fold, "-tr", trainer + SUFFIX,
+        return [tool("nnUNetv2_train"), DATASET_ID, "3d_fullres", fold, "-tr", trainer + SUFFIX,
                 "-device", self.device, *extra]
 
     # ------------------------------------------------------------------ steps
@@ -259,10 +270,11 @@ class GPUCheck:
         with self.step("cohort", needs=("environment",)) as d:
             if d is not None:
                 d["text"] = self.make_cohort()
+        # the kill-and-resume run (fold 1) needs nothing from the fold-0 trainings: it runs beside them
+        resume = threading.Thread(target=self._kill_and_resume_step, name="kill-and-resume")
+        resume.start()
         self.train_all()
-        with self.step("kill and resume", needs=("cohort",)) as d:
-            if d is not None:
-                d["text"] = self.kill_and_resume()
+        resume.join()
         with self.step("iteration time", needs=("cohort",)) as d:
             if d is not None:
                 d["text"] = self.time_iterations()
@@ -275,7 +287,15 @@ class GPUCheck:
         with self.step("evaluate", needs=("predict", "export")) as d:
             if d is not None:
                 d["text"] = self.evaluate()
+        # the table in the order of the steps above, whichever of the side-by-side runs ended first
+        order = ["environment", "cohort", *(f"train {t}" for t in self.sizes.trainers), "kill and resume"]
+        self.report.steps.sort(key=lambda s: order.index(s.name) if s.name in order else len(order))
         return self.report
+
+    def _kill_and_resume_step(self) -> None:
+        with self.step("kill and resume", needs=("cohort",)) as d:
+            if d is not None:
+                d["text"] = self.kill_and_resume()
 
     def check_environment(self) -> str:
         import torch
@@ -293,10 +313,10 @@ class GPUCheck:
 
     def make_cohort(self) -> str:
         s = self.sizes
-        self.cli(BIN / "nnunet_dro", "make-synthetic", "--kind", "fetal", "-d", DATASET_ID, "-n", "GPUCheckFetal",
+        self.cli(tool("nnunet_dro"), "make-synthetic", "--kind", "fetal", "-d", DATASET_ID, "-n", "GPUCheckFetal",
                  "--n-train", s.n_train, "--n-test", s.n_test, "--size", s.size, "--overwrite", log="make-synthetic")
         procs = max(2, min(8, os.cpu_count() or 2))
-        self.cli(BIN / "nnUNetv2_plan_and_preprocess", "-d", DATASET_ID, "-c", "3d_fullres", "-np", procs,
+        self.cli(tool("nnUNetv2_plan_and_preprocess"), "-d", DATASET_ID, "-c", "3d_fullres", "-np", procs,
                  "-npfp", procs)
         plans = json.loads((self.pre / DATASET_NAME / "nnUNetPlans.json").read_text())
         patch = plans["configurations"]["3d_fullres"]["patch_size"]
@@ -407,7 +427,7 @@ class GPUCheck:
         import torch
         saved = torch.load(str(folder / "checkpoint_latest.pth"), map_location="cpu", weights_only=False)
         sampler = saved["dro_state"]["weighting"]["sampler"]
-        self.cli(BIN / "nnunet_dro", "cleanup-shm", log="cleanup-shm")
+        self.cli(tool("nnunet_dro"), "cleanup-shm", log="cleanup-shm")
         self.cli(*self.train_args(RESUMED, 1, "--c"), env=env, log="kill_and_resume_second")
         if not np.array_equal(np.load(folder / "dro_losses_at_start.npy"), sampler["losses"]) or \
                 not np.array_equal(np.load(folder / "dro_counts_at_start.npy"), sampler["draw_counts"]):
@@ -421,7 +441,7 @@ class GPUCheck:
     def predict(self) -> str:
         images = self.raw / DATASET_NAME / "imagesTs"
         for trainer in self.sizes.predicted:
-            self.cli(BIN / "nnUNetv2_predict", "-i", images, "-o", self.out / "predictions" / trainer, "-d", DATASET_ID,
+            self.cli(tool("nnUNetv2_predict"), "-i", images, "-o", self.out / "predictions" / trainer, "-d", DATASET_ID,
                      "-c", "3d_fullres", "-f", 0, "-tr", trainer + SUFFIX, "-device", self.device,
                      "-npp", 2, "-nps", 2, log=f"predict_{trainer}")
         count = len(list((self.out / "predictions" / RESUMED).glob("*.nii.gz")))
@@ -433,14 +453,14 @@ class GPUCheck:
         import nibabel as nib
 
         archive = self.out / "exported_model.zip"
-        self.cli(BIN / "nnunet_dro", "export", "-d", DATASET_ID, "-o", archive, "-c", "3d_fullres",
+        self.cli(tool("nnunet_dro"), "export", "-d", DATASET_ID, "-o", archive, "-c", "3d_fullres",
                  "-tr", RESUMED + SUFFIX, "-f", 0, "--as-trainer", "nnUNetTrainer", log="export")
         stock = self.out / "stock_results"
         env = {k: v for k, v in self.env.items() if k != "nnUNet_extTrainer"}
         env["nnUNet_results"] = str(stock)
-        self.cli(BIN / "nnUNetv2_install_pretrained_model_from_zip", archive, env=env, log="install_from_zip")
+        self.cli(tool("nnUNetv2_install_pretrained_model_from_zip"), archive, env=env, log="install_from_zip")
         out = self.out / "predictions" / "exported"
-        self.cli(BIN / "nnUNetv2_predict", "-i", self.raw / DATASET_NAME / "imagesTs", "-o", out, "-d", DATASET_ID,
+        self.cli(tool("nnUNetv2_predict"), "-i", self.raw / DATASET_NAME / "imagesTs", "-o", out, "-d", DATASET_ID,
                  "-c", "3d_fullres", "-f", 0, "-tr", "nnUNetTrainer", "-device", self.device, "-npp", 2, "-nps", 2,
                  env=env, log="predict_exported")
         differing = []
@@ -464,7 +484,7 @@ class GPUCheck:
         preds = self.out / "predictions"
         methods = [f"ERM={preds / 'nnUNetTrainer'}"] if "nnUNetTrainer" in self.sizes.predicted else []
         methods += [f"DRO={preds / RESUMED}", f"exported={preds / 'exported'}"]
-        self.cli(BIN / "nnunet_dro", "evaluate", "-ref", raw / "labelsTs", "-pred", *methods, "-o", report, "-groups", groups,
+        self.cli(tool("nnunet_dro"), "evaluate", "-ref", raw / "labelsTs", "-pred", *methods, "-o", report, "-groups", groups,
                  "--group-by", "condition", "-regions", "feta", "-np", 2, log="evaluate")
         if not (report / "table.md").is_file():
             raise StepFailed("nnunet_dro evaluate wrote no table.md")
@@ -479,7 +499,9 @@ class GPUCheck:
 
         for key in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
             os.environ[key] = self.env[key]
-        os.environ["nnUNet_n_proc_DA"] = "0"  # batches fetched in this process, outside the timed region
+        # batches are fetched outside the timed region; on a GPU from augmentation workers (a 128^3
+        # batch takes about a second to augment in one process), on CPU in this process
+        os.environ["nnUNet_n_proc_DA"] = str(self.sizes.timing_workers)
         os.environ.pop("nnUNet_compile", None)
         import torch
         from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
@@ -514,6 +536,9 @@ class GPUCheck:
                          + (f", epoch end +{1e3 * entry['epoch_end_seconds']:.0f} ms" if "epoch_end_seconds" in entry
                             else ""))
         for trainer in trainers.values():
+            for loader in (trainer.dataloader_train, trainer.dataloader_val):
+                if hasattr(loader, "_finish"):  # nnU-Net's multi-process augmenter: stop its workers
+                    loader._finish()
             if hasattr(trainer, "_close_case_weighting"):
                 trainer._close_case_weighting()
         self.report.timing = timing

@@ -7,20 +7,18 @@
 #   bash scripts/gpu_wheels.sh [OUT]          # default OUT: gpu_wheels/ (git-ignored)
 #
 # SimpleITK's wheel alone is about 50 MB, and a device run carries at most 64 MiB with the
-# repository: the folder is split into part1/ (SimpleITK) and part2/ (the rest, about 31 MB), for
-# two back-to-back runs on the warm machine (it keeps /tmp for about 30 s between runs), in a venv
-# that sees the machine's own torch:
-#   run 1 (carry gpu_wheels/part1):
-#     python -m venv --system-site-packages /tmp/gpuenv && /tmp/gpuenv/bin/python -m pip install
-#         --no-index --no-deps gpu_wheels/part1/*.whl
-#   run 2 (carry gpu_wheels/part2):
-#     /tmp/gpuenv/bin/python -m pip install --no-index --no-deps gpu_wheels/part2/*.whl
-#         && /tmp/gpuenv/bin/python scripts/gpu_check.py -o /tmp/gpu_check --time-limit 420
-# Where one run may carry everything, install both parts at once.
+# repository: so the wheels travel as one file, gpu_wheels/wheels.tar.xz (about 47 MB; see the
+# end of this script), plus this package's own wheel in gpu_wheels/package/. On the GPU machine
+# they go into the Python that holds its torch (not a new venv: one made from a venv's Python with
+# --system-site-packages sees the base interpreter's packages, not that venv's torch):
+#   one run (carry gpu_wheels/wheels.tar.xz and gpu_wheels/package):
+#     mkdir -p /tmp/w && tar -xJf gpu_wheels/wheels.tar.xz -C /tmp/w
+#         && python3 -m pip install -q --no-index --no-deps /tmp/w/*.whl gpu_wheels/package/*.whl
+#         && python3 scripts/gpu_check.py -o /tmp/gpu_check
 #
 # --no-deps on purpose: pip must not resolve (and so never replace) the machine's torch; the list
 # below is the closure of nnunetv2's imports minus what the machine has (with a few small ones it
-# probably has, e.g. typing-extensions and requests, which the venv below shadows harmlessly). It leaves out two of
+# probably has, e.g. typing-extensions and requests, which the install replaces harmlessly). It leaves out two of
 # nnunetv2's declared requirements that nothing on the check's path imports: imagecodecs (TIFF
 # codecs, 20+ MB) and dicom2nifti (DICOM conversion). Prints each wheel's size and the total.
 set -euo pipefail
@@ -51,15 +49,27 @@ for spec in $PURE; do
   $PIP download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" -d "$OUT" "$spec" 2>/dev/null \
     || $PIP wheel --quiet --no-deps -w "$OUT" "$spec"
 done
-$PIP wheel --quiet --no-deps -w "$OUT" .   # this package
 rm -f "$OUT"/*.tar.gz
-mkdir -p "$OUT/part1" "$OUT/part2"
-mv "$OUT"/simpleitk-*.whl "$OUT/part1/"
-mv "$OUT"/*.whl "$OUT/part2/"
-for part in part1 part2; do
-  ls -l "$OUT/$part" | awk -v p="$part" 'NR > 1 {printf "  %8.1f MB  %s/%s\n", $5 / 1048576, p, $9}'
-done
-for part in part1 part2 .; do
-  du -sb "$OUT/$part" | awk '{printf "%s: %.1f MB\n", $2, $1 / 1048576}'
-done
+# One carried file: the wheels re-zipped without compression (pip installs them as they are: a
+# wheel's RECORD hashes the files, not the archive) and the lot compressed with xz, which packs
+# SimpleITK's 260 MB library into about 27 MB where the wheel's own zip compression needs 50 MB.
+# So one device run carries everything (about 40 MB with the repository's 5 MB), and no second
+# run has to catch the machine while it is still warm.
+python3 - "$OUT" <<'PY'
+import sys, zipfile
+from pathlib import Path
+stored = Path(sys.argv[1]) / "stored"
+stored.mkdir()
+for wheel in sorted(Path(sys.argv[1]).glob("*.whl")):
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(stored / wheel.name, "w", zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            dst.writestr(info, src.read(info), compress_type=zipfile.ZIP_STORED)
+PY
+ls -l "$OUT"/*.whl | awk 'NR > 0 {printf "  %8.1f MB  %s\n", $5 / 1048576, $9}'
+tar -C "$OUT/stored" -cf - . | xz -9 -T0 > "$OUT/wheels.tar.xz.part" && mv "$OUT/wheels.tar.xz.part" "$OUT/wheels.tar.xz"
+rm -rf "$OUT/stored"
+# this package, apart: it changes with every commit, the bundle above only with the pins
+$PIP wheel --quiet --no-deps -w "$OUT/package" .
+du -sb "$OUT"/*.whl | awk '{s += $1} END {printf "wheels: %.1f MB\n", s / 1048576}'
+du -sb "$OUT/wheels.tar.xz" | awk '{printf "%s: %.1f MB (carry it and the folder package/)\n", $2, $1 / 1048576}'
 echo "a device run carries at most 64 MiB with the repository ($(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1) bytes tracked)"

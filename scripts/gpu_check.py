@@ -18,16 +18,18 @@ Steps (each ok / failed with its reason; a failed step skips the steps that need
    augmentation workers, nnU-Net's final validation. Run side by side (``-j``). Afterwards every
    logged train loss, stale loss and importance weight must be finite, no fresh loss skipped as
    non-finite, and the GradScaler's scale finite and positive.
-4. ``kill and resume`` (beside the trainings of step 3): nnUNetTrainerDROAdaptive on fold 1 killed
-   (SIGKILL to its process group) in the epoch after its first checkpoint, ``nnunet_dro cleanup-shm``, ``--c``: the workers must
-   start from exactly the checkpoint's stale losses and draw counts, and the run must finish.
+4. ``kill and resume`` (beside the trainings of step 3): nnUNetTrainerDROAdaptive on fold 1
+   killed (SIGKILL to its process group) in the epoch after its first checkpoint,
+   ``nnunet_dro cleanup-shm``, ``--c``: the workers must start from exactly the checkpoint's stale losses and draw counts, and the run must finish.
 5. ``iteration time``: nnUNetTrainer and the DRO trainers built in this process on the device and
    timed step by step, interleaved (the order alternates), ``torch.cuda.synchronize()`` around
-   each step, batches fetched outside the timed region (from augmentation workers on a GPU) (the method of
+   each step, on a quiet host: each trainer's batches fetched first by its own loader, its
+   workers stopped, the timed steps cycling through them (the method of
    ``scripts/benchmark_overhead.py``); ratio of medians and median of paired ratios, and what a
    DRO trainer adds at each epoch's end, per nnU-Net epoch of 250 iterations. The ratios are
    reported, not failed (target <= 1.01).
-6. ``predict``: ``nnUNetv2_predict`` of the test cases with the ERM and DRO models.
+6. ``predict``: ``nnUNetv2_predict`` of the test cases with the ERM and DRO models, side by side
+   (and beside step 7).
 7. ``export``: ``nnunet_dro export --as-trainer nnUNetTrainer``, installed with
    ``nnUNetv2_install_pretrained_model_from_zip`` into a fresh results folder and predicted by stock
    nnU-Net (``-tr nnUNetTrainer``, no ``nnUNet_extTrainer``): the same segmentations as step 6.
@@ -44,6 +46,7 @@ any step failed, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -58,6 +61,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +134,25 @@ class nnUNetTrainerGroupBalanced_gpuCheck(ShortRun, nnUNetTrainerGroupBalanced):
 '''
 
 
+def side_by_side(*calls) -> None:
+    """Run the calls in threads (each mostly waits on a subprocess); raise the first error any raised."""
+    errors: list[BaseException] = []
+
+    def guarded(call):
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001  (re-raised below, in the calling thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(call,)) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
 @dataclass(frozen=True)
 class Sizes:
     """How big the check is: the GPU size, or the CPU ``--quick`` size of the test suite."""
@@ -140,9 +163,10 @@ class Sizes:
     iterations: int = 20
     val_iterations: int = 2
     resume_epochs: int = 3
-    timed_iterations: int = 30
+    timed_iterations: int = 60
     warmup_iterations: int = 8  # torch.compile compiles in the first steps
-    timing_workers: int = 3    # augmentation workers per trainer while timing (batches fetched outside the timing)
+    timing_workers: int = 3    # augmentation workers per trainer that fill the pool of timing batches
+    timing_batches: int = 8    # batches per trainer fetched before timing, then stepped on in turn
     workers: int = 4           # nnUNet_n_proc_DA per training
     trainers: tuple = TRAINERS  # trained through nnUNetv2_train (the others are only timed, in-process)
     validated: tuple = TRAINERS  # run nnU-Net's final validation
@@ -153,7 +177,7 @@ GPU_SIZES = Sizes()
 # on CPU every nnU-Net process costs seconds of imports: train (and predict with) the default DRO
 # trainer and ERM only; nnUNetTrainerDRO and nnUNetTrainerGroupBalanced are still timed in-process
 QUICK_SIZES = Sizes(size=24, n_train=6, n_test=2, epochs=1, iterations=2, val_iterations=1, resume_epochs=3,
-                    timed_iterations=3, warmup_iterations=1, timing_workers=0, workers=2, trainers=("nnUNetTrainer", RESUMED),
+                    timed_iterations=3, warmup_iterations=1, timing_workers=0, timing_batches=2, workers=2, trainers=("nnUNetTrainer", RESUMED),
                     validated=(RESUMED,), predicted=(RESUMED,))
 
 
@@ -187,6 +211,8 @@ class GPUCheck:
         self.deadline = time.monotonic() + time_limit
         self.report = Report()
         self.failed: set[str] = set()
+        self._predicted = threading.Event()  # set once the step predict has ended
+        self._predicted.set()
         self.ext = out / "ext_trainers"
         self.raw, self.pre, self.results = out / "nnUNet_raw", out / "nnUNet_preprocessed", out / "nnUNet_results"
         self.env = self._environment()
@@ -278,12 +304,17 @@ class GPUCheck:
         with self.step("iteration time", needs=("cohort",)) as d:
             if d is not None:
                 d["text"] = self.time_iterations()
-        with self.step("predict", needs=tuple(f"train {t}" for t in self.sizes.trainers)) as d:
-            if d is not None:
-                d["text"] = self.predict()
-        with self.step("export", needs=("predict",)) as d:
-            if d is not None:
-                d["text"] = self.export_and_predict()
+        # the predictions and the exported model's stock prediction side by side; compared after both
+        self._predicted.clear()
+        export = threading.Thread(target=self._export_step, name="export")
+        export.start()
+        try:
+            with self.step("predict", needs=tuple(f"train {t}" for t in self.sizes.trainers)) as d:
+                if d is not None:
+                    d["text"] = self.predict()
+        finally:
+            self._predicted.set()
+        export.join()
         with self.step("evaluate", needs=("predict", "export")) as d:
             if d is not None:
                 d["text"] = self.evaluate()
@@ -291,6 +322,11 @@ class GPUCheck:
         order = ["environment", "cohort", *(f"train {t}" for t in self.sizes.trainers), "kill and resume"]
         self.report.steps.sort(key=lambda s: order.index(s.name) if s.name in order else len(order))
         return self.report
+
+    def _export_step(self) -> None:
+        with self.step("export", needs=(f"train {RESUMED}",)) as d:
+            if d is not None:
+                d["text"] = self.export_and_predict()
 
     def _kill_and_resume_step(self) -> None:
         with self.step("kill and resume", needs=("cohort",)) as d:
@@ -403,7 +439,8 @@ class GPUCheck:
 
     def kill_and_resume(self) -> str:
         folder = self.fold_folder(RESUMED + SUFFIX, fold=1)
-        env = dict(self.env, GPU_CHECK_EPOCHS=str(self.sizes.resume_epochs))
+        # no final validation here: the fold-0 runs check it, and it would lengthen the longest path
+        env = dict(self.env, GPU_CHECK_EPOCHS=str(self.sizes.resume_epochs), GPU_CHECK_VALIDATE="")
         logs = self.out / "logs"
         with open(logs / "kill_and_resume_first.log", "w") as log:
             proc = subprocess.Popen([str(a) for a in self.train_args(RESUMED, 1)], env=env, stdout=log,
@@ -440,14 +477,18 @@ class GPUCheck:
 
     def predict(self) -> str:
         images = self.raw / DATASET_NAME / "imagesTs"
+        # side by side: each is mostly imports, model loading and writing NIfTI on the host
+        side_by_side(*(partial(self.cli, tool("nnUNetv2_predict"), "-i", images, "-o",
+                               self.out / "predictions" / trainer, "-d", DATASET_ID, "-c", "3d_fullres", "-f", 0,
+                               "-tr", trainer + SUFFIX, "-device", self.device, "-npp", 2, "-nps", 2,
+                               log=f"predict_{trainer}")
+                       for trainer in self.sizes.predicted))
         for trainer in self.sizes.predicted:
-            self.cli(tool("nnUNetv2_predict"), "-i", images, "-o", self.out / "predictions" / trainer, "-d", DATASET_ID,
-                     "-c", "3d_fullres", "-f", 0, "-tr", trainer + SUFFIX, "-device", self.device,
-                     "-npp", 2, "-nps", 2, log=f"predict_{trainer}")
-        count = len(list((self.out / "predictions" / RESUMED).glob("*.nii.gz")))
-        if count != self.sizes.n_test:
-            raise StepFailed(f"{count} predictions for {self.sizes.n_test} test cases")
-        return f"{count} test cases by each of {', '.join(self.sizes.predicted)}"
+            count = len(list((self.out / "predictions" / trainer).glob("*.nii.gz")))
+            if count != self.sizes.n_test:
+                raise StepFailed(f"{count} predictions by {trainer} for {self.sizes.n_test} test cases "
+                                 f"(logs/predict_{trainer}.log)")
+        return f"{self.sizes.n_test} test cases by each of {', '.join(self.sizes.predicted)}"
 
     def export_and_predict(self) -> str:
         import nibabel as nib
@@ -463,6 +504,9 @@ class GPUCheck:
         self.cli(tool("nnUNetv2_predict"), "-i", self.raw / DATASET_NAME / "imagesTs", "-o", out, "-d", DATASET_ID,
                  "-c", "3d_fullres", "-f", 0, "-tr", "nnUNetTrainer", "-device", self.device, "-npp", 2, "-nps", 2,
                  env=env, log="predict_exported")
+        self._predicted.wait()  # the DRO model's own prediction (step "predict"), to compare with
+        if "predict" in self.failed:
+            raise StepFailed("nothing to compare with: the step predict failed")
         differing = []
         for mine in sorted((self.out / "predictions" / RESUMED).glob("*.nii.gz")):
             a = np.asarray(nib.load(str(mine)).dataobj)
@@ -491,6 +535,12 @@ class GPUCheck:
         return f"report in {report}"
 
     # ------------------------------------------------------------------ timing
+    @staticmethod
+    def _stop_loaders(trainer) -> None:
+        for loader in (trainer.dataloader_train, trainer.dataloader_val):
+            if hasattr(loader, "_finish"):  # nnU-Net's multi-process augmenter: stop its workers
+                loader._finish()
+
     def time_iterations(self) -> str:
         """Interleaved per-iteration timing in this process (``scripts/benchmark_overhead.py``'s
         method, with CUDA synchronisation), then the epoch-end additions of each DRO trainer."""
@@ -499,8 +549,8 @@ class GPUCheck:
 
         for key in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
             os.environ[key] = self.env[key]
-        # batches are fetched outside the timed region; on a GPU from augmentation workers (a 128^3
-        # batch takes about a second to augment in one process), on CPU in this process
+        # the pool of timing batches comes from augmentation workers on a GPU (a 128^3 batch takes
+        # about a second to augment in one process), on CPU from this process
         os.environ["nnUNet_n_proc_DA"] = str(self.sizes.timing_workers)
         os.environ.pop("nnUNet_compile", None)
         import torch
@@ -512,6 +562,14 @@ class GPUCheck:
         trainers = {name: build_trainer(cls, DATASET_ID, self.device) for name, cls in classes.items()}
         sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
         s = self.sizes
+        # A quiet host while timing: each trainer's batches are fetched first (by its own loader,
+        # its own sampler's draws), its augmentation workers stopped, and the timed steps cycle
+        # through them. Workers left running beside the timed steps made the paired ratios spread
+        # by +-20 % on a 16-core GPU machine.
+        for trainer in trainers.values():
+            pool = [next(trainer.dataloader_train) for _ in range(s.timing_batches)]
+            self._stop_loaders(trainer)
+            trainer.dataloader_train = itertools.cycle(pool)
         times = interleaved_step_times(trainers, s.warmup_iterations, s.timed_iterations, sync)
         erm = np.asarray(times["nnUNetTrainer"])
         timing = {"timed_iterations": s.timed_iterations, "warmup_iterations": s.warmup_iterations,
@@ -536,9 +594,6 @@ class GPUCheck:
                          + (f", epoch end +{1e3 * entry['epoch_end_seconds']:.0f} ms" if "epoch_end_seconds" in entry
                             else ""))
         for trainer in trainers.values():
-            for loader in (trainer.dataloader_train, trainer.dataloader_val):
-                if hasattr(loader, "_finish"):  # nnU-Net's multi-process augmenter: stop its workers
-                    loader._finish()
             if hasattr(trainer, "_close_case_weighting"):
                 trainer._close_case_weighting()
         self.report.timing = timing

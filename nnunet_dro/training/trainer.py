@@ -390,17 +390,28 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         # the beta each case was drawn with (adaptive schemes change it between draw and step)
         draw_beta = np.asarray(batch.get('dro_beta', np.full(indices.size, np.nan)), dtype=np.float64).reshape(-1)
         data, target = self._to_device(batch)
+        # weights known before the losses (importance weights off, group-balanced...): sent now, and
+        # the backward pass is queued without the host waiting for the forward pass (GPU)
+        early = self.case_weighting.weights_before_loss(indices, draw_beta)
+        if early is not None:
+            early = torch.from_numpy(early.astype(np.float32)).to(self.device, non_blocking=True)
 
         self.optimizer.zero_grad(set_to_none=True)
         # autocast only on CUDA, as in nnU-Net
         with autocast(self.device.type, enabled=True) if self.device.type == 'cuda' else dummy_context():
             output = self.network(data)
             per_sample = self.per_sample_loss(output, target)
-            # the weights need the fresh losses on the host: one small device->host copy of b values
-            fresh = per_sample.detach().float().cpu().numpy().astype(np.float64)
-            weights = self.case_weighting.weights(indices, fresh, draw_beta)
-            l = (torch.from_numpy(weights.astype(np.float32)).to(per_sample.device) * per_sample).mean()
+            if early is None:
+                # the weights need the fresh losses on the host: one small device->host copy of b
+                # values, which waits for the forward pass
+                fresh = per_sample.detach().float().cpu().numpy().astype(np.float64)
+                weights = torch.from_numpy(self.case_weighting.weights(indices, fresh, draw_beta).astype(np.float32))
+                l = (weights.to(per_sample.device) * per_sample).mean()
+            else:
+                l = (early * per_sample).mean()
         self._optimizer_step(l)
+        if early is not None:  # after the step is queued, where nnU-Net copies its own loss
+            fresh = per_sample.detach().float().cpu().numpy().astype(np.float64)
         # report the unweighted mean so that train_loss stays comparable with nnU-Net's
         unweighted = np.array(fresh.mean())
 

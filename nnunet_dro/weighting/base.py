@@ -135,6 +135,17 @@ class CaseWeighting(ABC):
                 ) -> NDArray[np.float64]:
         """Step weights of a batch (before :meth:`update`); pure. Non-finite losses get 1."""
 
+    def weights_before_loss(self, indices: ArrayLike, draw_beta: ArrayLike | None = None
+                            ) -> NDArray[np.float64] | None:
+        """The step weights of a batch when they cannot depend on its fresh losses, else None.
+
+        Whenever it is not None it equals :meth:`weights` for any losses. A trainer that gets
+        them queues the backward pass without first copying the losses to the host: on a GPU,
+        one wait for the forward pass less per step (the losses are copied after the step, when
+        nnU-Net itself copies its loss).
+        """
+        return None
+
     @abstractmethod
     def update(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
         """Fold the fresh losses of a batch (all ranks) into the state."""

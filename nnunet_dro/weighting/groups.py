@@ -96,6 +96,11 @@ class FixedWeighting(LatestLosses, CaseWeighting):
         idx, _ = check_batch(indices, losses, self.num_cases)
         return np.ones(idx.shape, dtype=np.float64)
 
+    def weights_before_loss(self, indices: ArrayLike, draw_beta: ArrayLike | None = None
+                            ) -> NDArray[np.float64] | None:
+        idx, _ = check_batch(indices, np.zeros(np.asarray(indices).size), self.num_cases)
+        return np.ones(idx.shape, dtype=np.float64)
+
     def update(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
         idx, fresh = check_batch(indices, losses, self.num_cases)
         finite = self._record_latest(idx, fresh)
@@ -210,6 +215,9 @@ class GroupDROWeighting(GroupBalancedWeighting):
         log_q = self.log_q.copy()
         log_q[present] += self.eta * sums[present] / counts[present]
         return log_q - logsumexp(log_q)
+
+    def weights_before_loss(self, indices: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
+        return None  # q moves with the batch's losses before the step
 
     def weights(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> NDArray[np.float64]:
         idx, fresh = check_batch(indices, losses, self.num_cases)

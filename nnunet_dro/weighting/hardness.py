@@ -111,6 +111,14 @@ class HardnessWeighting(CaseWeighting):
             raw = np.where(counted, raw / self.weight_scale, raw)
         return raw
 
+    def weights_before_loss(self, indices: ArrayLike, draw_beta: ArrayLike | None = None
+                            ) -> NDArray[np.float64] | None:
+        # importance weights off, or the uniform warm-up pass: every weight is 1 (see _raw_weights)
+        if self.importance.enabled and not self.in_warmup:
+            return None
+        idx, _ = check_batch(indices, np.zeros(np.asarray(indices).size), self.num_cases)
+        return np.ones(idx.shape, dtype=np.float64)
+
     # -------------------------------------------------------------- update
     def update(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
         idx, fresh = check_batch(indices, losses, self.num_cases)

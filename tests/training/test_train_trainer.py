@@ -281,3 +281,35 @@ def test_a_progress_fraction_outside_zero_one_stops_the_start(label_dataset, mon
     with pytest.raises(RuntimeError, match=r"^_BadProgressFraction\.dro_progress_time_fraction: fraction must be in "
                                            r"\(0, 1\], got 0\.0$"):
         make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=_BadProgressFraction)
+
+
+def test_a_step_with_weights_known_before_the_losses_is_the_step_with_weights_after_them(
+        label_dataset, monkeypatch):
+    """Importance weights off: the weights go to the device before the forward pass and the losses
+    come to the host after the step (no wait for the forward pass on a GPU). The step must be the
+    one the trainer takes when it waits: same parameters, same fresh losses, same reported loss."""
+    import copy
+
+    results, batch = [], None
+    for wait in (False, True):
+        torch.manual_seed(0)  # the same initial network
+        trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=nnUNetTrainerDRO_noIS)
+        trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
+        try:
+            if wait:
+                monkeypatch.setattr(trainer.case_weighting, "weights_before_loss", lambda *a, **k: None)
+            else:
+                assert trainer.case_weighting.weights_before_loss([0]) is not None
+                batch = next(trainer.dataloader_train)  # the same batch for both
+            trainer.network.train()
+            trainer.on_train_epoch_start()
+            idx = trainer._batch_indices(batch["keys"])
+            out = trainer.train_step(copy.deepcopy(batch))
+            results.append((float(out["loss"]), np.array(trainer.case_weighting.losses)[idx],
+                            [p.detach().clone() for p in trainer.network.parameters()]))
+        finally:
+            shut_down(trainer)
+    (loss_a, fresh_a, params_a), (loss_b, fresh_b, params_b) = results
+    assert loss_a == loss_b
+    np.testing.assert_array_equal(fresh_a, fresh_b)
+    assert all(torch.equal(a, b) for a, b in zip(params_a, params_b))

@@ -69,3 +69,23 @@ def test_pages_state_the_headline_seeds_of_the_record(page):
     seeds = re.search(r"Seeds ([\d, ]+): every arm's final network", RECORD.read_text()).group(1)
     assert len(seeds.split(",")) == 4
     assert "four" in page.read_text() or "4 seeds" in page.read_text()
+
+
+def test_evidence_gpu_table_is_the_recorded_gpu_check():
+    """The GPU cost table of docs/evidence.md is the recorded gpu_check.json of the H200 run."""
+    import json
+
+    record = json.loads((ROOT / "data_docs" / "benchmark_record" / "gpu_check_h200" / "gpu_check.json").read_text())
+    assert record["device"] == "NVIDIA H200"
+    timing = record["timing"]
+    page = table_rows(EVIDENCE.read_text().splitlines(), "| trainer | median of paired ratios")
+    assert page["`nnUNetTrainer`"]["median of paired ratios to nnU-Net (IQR)"] == \
+        f"{1e3 * timing['median_seconds']['nnUNetTrainer']:.1f} ms per iteration"
+    for name, entry in timing["ratios"].items():
+        row = page[f"`{name}`"]
+        q1, q3 = entry["paired_ratio_iqr"]
+        assert row["median of paired ratios to nnU-Net (IQR)"] == \
+            f"{entry['median_paired_ratio']:.3f} ({q1:.3f}-{q3:.3f})", name
+        assert row["ratio of medians"] == f"{entry['ratio_of_medians']:.3f}", name
+        assert row["epoch end, per 250 iterations"] == \
+            f"+{1e3 * entry['epoch_end_seconds']:.0f} ms ({entry['epoch_end_ratio_250_iterations']:.3f} x)", name

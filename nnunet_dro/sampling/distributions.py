@@ -10,6 +10,8 @@ These are the reference the sampler is tested against; they are O(n) and meant f
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp, softmax
@@ -98,3 +100,16 @@ def chi2_dro_objective(losses: ArrayLike, beta: float) -> float:
     x = np.asarray(losses, dtype=np.float64)
     q = chi2_dro_probabilities(x, beta)
     return float(q @ x - x.size * np.square(q - 1.0 / x.size).sum() / (2.0 * beta))
+
+
+def clip_log_weights(log_w: ArrayLike, clip: tuple[float, float]) -> NDArray[np.float64]:
+    """``clip(exp(log_w), w_min, w_max)`` computed in log space (no overflow for any finite or
+    infinite ``log_w``), then clipped once more so that exp's rounding stays inside the bounds.
+    The one clipping of importance weights: the sampler and the case-weighting schemes use it.
+
+    >>> clip_log_weights([-10.0, 0.0, 10.0, float("inf")], (0.1, 10.0)).round(12).tolist()
+    [0.1, 1.0, 10.0, 10.0]
+    """
+    w_min, w_max = clip
+    log_w = np.asarray(log_w, dtype=np.float64)
+    return np.clip(np.exp(np.clip(log_w, math.log(w_min), math.log(w_max))), w_min, w_max)

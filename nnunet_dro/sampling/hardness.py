@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nnunet_dro.sampling.distributions import chi2_dro_probabilities, effective_sample_size, entropy, hardest
+from nnunet_dro.sampling.distributions import (chi2_dro_probabilities, clip_log_weights, effective_sample_size,
+                                               entropy, hardest)
 from nnunet_dro.sampling.storage import (BETA, CEILING, CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, WARMUP,
                                          SamplerStorage)
 from nnunet_dro.sampling.temperature import capped_softmax
@@ -53,8 +54,7 @@ class HardnessWeightedSampler:
     """Per-volume hardness weighted sampler for KL distributionally robust optimisation.
 
     Args:
-        num_cases: number of training volumes ``n`` (called ``num_samples`` before release 2;
-            that keyword and attribute still work, with a ``DeprecationWarning``, for one release).
+        num_cases: number of training volumes ``n``.
         beta: inverse temperature; ``beta -> 0`` is uniform sampling (ERM). Paper default 100.
         init_loss: initial stale loss, a scalar (plus tiny seeded noise that breaks ties, at
             most ``1e-6 * max(1, |init_loss|)``) or a vector of ``n`` finite values (used as is).
@@ -91,18 +91,10 @@ class HardnessWeightedSampler:
     >>> s.close()
     """
 
-    def __init__(self, num_cases: int | None = None, beta: float = 100.0, init_loss: float | ArrayLike = 1.0,
+    def __init__(self, num_cases: int, beta: float = 100.0, init_loss: float | ArrayLike = 1.0,
                  importance_sampling: bool = True, clip: tuple[float, float] = (0.1, 10.0),
                  seed: int | None = None, shared: bool = False, divergence: str = "kl",
-                 warmup: bool = False, *, num_samples: int | None = None):
-        if num_samples is not None:
-            warnings.warn("HardnessWeightedSampler(num_samples=...) is deprecated: it is the number of training "
-                          "volumes, now called num_cases", DeprecationWarning, stacklevel=2)
-            if num_cases is not None and int(num_cases) != int(num_samples):
-                raise ValueError(f"num_cases={num_cases} and its deprecated name num_samples={num_samples} differ")
-            num_cases = num_samples
-        if num_cases is None:
-            raise TypeError("HardnessWeightedSampler needs num_cases, the number of training volumes")
+                 warmup: bool = False):
         num_cases = int(num_cases)
         if divergence not in DIVERGENCES:
             raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
@@ -269,34 +261,34 @@ class HardnessWeightedSampler:
         idx, fresh = self._check_batch(indices, losses)
         if not self.importance_sampling or self.in_warmup:
             return np.ones(idx.shape, dtype=np.float64)
-        if self.divergence == "chi2":
-            return self._chi2_weights(idx, fresh)
         log_w = np.where(np.isfinite(fresh), self.log_importance_ratios(idx, fresh, self.beta), 0.0)
-        w_min, w_max = self.clip
-        # clip in log space (no overflow), then once more so exp's rounding stays inside the bounds
-        return np.clip(np.exp(np.clip(log_w, math.log(w_min), math.log(w_max))), w_min, w_max)
+        return clip_log_weights(log_w, self.clip)
 
     def log_importance_ratios(self, idx: NDArray[np.int64], fresh: NDArray[np.float64],
                               beta: float | NDArray[np.float64]) -> NDArray[np.float64]:
-        """Unclipped ``beta * (l - L_i)`` against the stale losses, both clipped at the loss ceiling
-        (NaN/inf pass through: callers decide what a non-finite loss weighs)."""
+        """Log of the unclipped importance ratio ``p_new / p_old`` of each drawn volume, against the
+        stale losses (NaN/inf pass through: callers decide what a non-finite loss weighs).
+
+        KL: ``beta * (l - L_i)``, both losses clipped at the loss ceiling. Chi-square (always at
+        the sampler's own beta): ``log((1 + beta (l - lam)) / (1 + beta (L_i - lam)))``; ``+inf``
+        for a volume outside the active set (``p_old = 0``), ``-inf`` for a fresh loss below it.
+        """
+        if self.divergence == "chi2":
+            return self._chi2_log_ratios(idx, fresh)
         ceiling = self.ceiling
         with np.errstate(invalid="ignore", over="ignore"):
             return beta * (np.minimum(fresh, ceiling) - np.minimum(self._storage.losses[idx], ceiling))
 
-    def _chi2_weights(self, idx: np.ndarray, fresh: np.ndarray) -> NDArray[np.float64]:
+    def _chi2_log_ratios(self, idx: NDArray[np.int64], fresh: NDArray[np.float64]) -> NDArray[np.float64]:
         losses = np.array(self._storage.losses)
         p = chi2_dro_probabilities(losses, self.beta)
         # p_i = (1 + beta (L_i - lam)) / n on the active set: recover lam from any active volume
         j = int(np.argmax(p))
         lam = losses[j] - (p[j] * self.num_cases - 1.0) / self.beta
-        w_min, w_max = self.clip
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             new = np.maximum(0.0, 1.0 + self.beta * (fresh - lam))
             old = np.maximum(0.0, 1.0 + self.beta * (losses[idx] - lam))
-            w = np.where(old > 0, new / old, w_max)
-        w = np.where(np.isfinite(fresh), w, 1.0)
-        return np.clip(np.nan_to_num(w, nan=1.0, posinf=w_max), w_min, w_max)
+            return np.where(old > 0, np.log(new) - np.log(old), np.inf)
 
     def update(self, indices: ArrayLike, losses: ArrayLike) -> None:
         """Set ``L[indices] <- losses`` (O(b log n)); duplicates take the mean of their losses."""
@@ -439,17 +431,10 @@ class HardnessWeightedSampler:
             "warmup": self.in_warmup,
         }
 
-    @property
-    def num_samples(self) -> int:
-        """Deprecated name of :attr:`num_cases` (the number of volumes, not of draws)."""
-        warnings.warn("HardnessWeightedSampler.num_samples is deprecated: use num_cases", DeprecationWarning,
-                      stacklevel=2)
-        return self.num_cases
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore losses, counts and RNG state (beta, clip and IS stay as constructed; an adaptive
         scheme restores its beta with :meth:`set_beta`)."""
-        saved_n = int(state["num_cases"] if "num_cases" in state else state["num_samples"])  # release 1: num_samples
+        saved_n = int(state["num_cases"])
         if saved_n != self.num_cases:
             raise ValueError(f"state is for {saved_n} volumes, this sampler has {self.num_cases}")
         losses = np.asarray(state["losses"], dtype=np.float64)

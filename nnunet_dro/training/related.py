@@ -50,7 +50,7 @@ class nnUNetTrainerDROChi2(nnUNetTrainerDRO):
     and clip most cases to 0; beta = 1 stays within +-15% of uniform, i.e. about ERM.
     """
 
-    dro_divergence = "chi2"
+    dro_scheme = "chi2"
     dro_beta = 10.0
     dro_importance_sampling = False
     dro_warmup = True

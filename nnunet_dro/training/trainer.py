@@ -18,7 +18,7 @@ What changes compared with ``nnUNetTrainer`` (everything else is nnU-Net's):
 - **State.** The case weighting is built at the end of ``initialize()``; its state (stale losses,
   draw counts, RNG state, beta, running mean of the weights) and the per-epoch statistics live in
   nnU-Net's checkpoint under ``'dro_state'``, so ``--c`` (applied right after initialisation)
-  restores them before the data loaders start. Checkpoints of release 1 still load.
+  restores them before the data loaders start.
 - **DDP.** Ranks all-gather their (case, loss, draw beta) triples every iteration, so every rank
   holds the same state; each rank draws from its own RNG stream; only rank 0 writes files.
 - **Observability.** Each epoch the log shows beta, the perplexity and effective sample size of
@@ -223,7 +223,6 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
 
     dro_scheme: str = "kl"
     dro_beta: float = 100.0
-    dro_divergence: str = "kl"  # release 1's switch; "chi2" still selects the chi-square scheme
     dro_fraction: float = 0.5
     dro_beta_max: float = 100.0
     dro_beta_rule: str = "perplexity"
@@ -270,7 +269,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     # ------------------------------------------------------------------ set-up
     @property
     def scheme(self) -> str:
-        scheme = "chi2" if self.dro_divergence == "chi2" and self.dro_scheme == "kl" else self.dro_scheme
+        scheme = self.dro_scheme
         if scheme not in SCHEMES:
             raise RuntimeError(f"{type(self).__name__}.dro_scheme = {scheme!r}: expected one of {SCHEMES}")
         return scheme
@@ -587,16 +586,14 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         if self.case_weighting is None:  # load_checkpoint initialises first; this is a safety net
             raise RuntimeError("DRO: load_checkpoint before initialize()")
         state = self._trim_history(state, int(checkpoint.get("current_epoch", 0)))
-        weighting_state = state.get("weighting")
-        if weighting_state is None:  # release 1: {'sampler': ...} or {'method': 'kl_reweight', 'reweighter': ...}
-            weighting_state = {k: v for k, v in state.items() if k in ("sampler", "reweighter")}
+        weighting_state = state["weighting"]
         saved_ids = state.get("case_ids")
         if saved_ids is not None and list(saved_ids) != list(self.dro_case_ids):
             raise RuntimeError(
                 f"DRO: the checkpoint's case-weighting state is for {len(saved_ids)} training cases that differ "
                 f"from the {len(self.dro_case_ids)} training cases of fold {self.fold} now (was splits_final.json "
                 f"changed?). Resume with the original split or start a new training.")
-        saved_scheme = state.get("scheme", "kl_reweight" if "reweighter" in weighting_state else None)
+        saved_scheme = state.get("scheme")
         if saved_scheme is not None and saved_scheme != self.case_weighting.scheme \
                 and {saved_scheme, self.case_weighting.scheme} != {"kl", "kl_adaptive"}:
             raise RuntimeError(f"DRO: the checkpoint was trained with the {saved_scheme!r} scheme, this trainer uses "

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nnunet_dro.sampling.distributions import effective_sample_size, entropy, hardest
+from nnunet_dro.sampling.distributions import clip_log_weights, effective_sample_size, entropy, hardest
 from nnunet_dro.sampling.hardness import check_batch  # noqa: F401  (the schemes validate batches with it)
 
 
@@ -61,9 +61,8 @@ class ImportanceWeights:
         object.__setattr__(self, "clip", (w_min, w_max))
 
     def clip_log(self, log_w: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``clip(exp(log_w))`` computed in log space, then clipped once more against rounding."""
-        w_min, w_max = self.clip
-        return np.clip(np.exp(np.clip(log_w, math.log(w_min), math.log(w_max))), w_min, w_max)
+        """``clip(exp(log_w))`` computed in log space (:func:`~nnunet_dro.sampling.distributions.clip_log_weights`)."""
+        return clip_log_weights(log_w, self.clip)
 
     def is_clipped(self, log_w: NDArray[np.float64]) -> NDArray[np.bool_]:
         return (log_w <= math.log(self.clip[0])) | (log_w >= math.log(self.clip[1]))

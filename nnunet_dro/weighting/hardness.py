@@ -175,10 +175,7 @@ class HardnessWeighting(CaseWeighting):
                 "weight_scale": self.weight_scale}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Accepts this class's state and the plain sampler state of release 1 (``{'sampler': ...}``
-        inside the trainer's ``dro_state``, or the sampler's own state dict)."""
-        sampler_state = state.get("sampler", state)
-        self.sampler.load_state_dict(sampler_state)
+        self.sampler.load_state_dict(state["sampler"])
         self.weight_scale = float(state.get("weight_scale", 1.0))
 
     def close(self) -> None:
@@ -364,11 +361,10 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores the beta in force; a fixed-beta run's state (no ``adaptive_beta``) gets its beta
         re-solved for the loaded losses."""
-        sampler_state = dict(state.get("sampler", state))
+        sampler_state = dict(state["sampler"])
         sampler_state.pop("beta", None)  # the sampler's beta is this scheme's business, not a mismatch
         super().load_state_dict({"sampler": sampler_state, "weight_scale": state.get("weight_scale", 1.0)})
-        # states written before the hold existed were never held
-        self.held_uniform = bool(state.get("held_uniform", False))
+        self.held_uniform = bool(state.get("held_uniform", False))  # absent in a fixed-beta run's state
         self.backed_off = bool(state.get("backed_off", False))
         self.fraction = float(state.get("fraction", self.fraction))
         beta = state.get("adaptive_beta")
@@ -386,14 +382,6 @@ class Chi2HardnessWeighting(HardnessWeighting):
 
     scheme = "chi2"
     divergence = "chi2"
-
-    def _log_weights(self, idx, fresh, beta) -> NDArray[np.float64]:
-        w_max = self.importance.clip[1]
-        w = self.sampler.importance_weights(idx, np.where(np.isfinite(fresh), fresh, np.nan))
-        # the sampler already clipped; keep the bounds recognisable as clipped for the counters
-        log_w = np.log(w)
-        log_w = np.where(w >= w_max, math.log(w_max), log_w)
-        return log_w
 
     def robust_loss(self) -> float:
         return chi2_dro_objective(self.losses, self.current_beta)

@@ -85,10 +85,8 @@ class KLReweighting(LatestLosses, CaseWeighting):
                 "rng_state": self._rng.bit_generator.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Also accepts release 1's ``{'method': 'kl_reweight', 'reweighter': ...}``."""
         self.reweighter.load_state_dict(state["reweighter"])
-        if "losses" in state and np.shape(state["losses"]) == (self.num_cases,):
-            self._losses = np.asarray(state["losses"], dtype=np.float64).copy()
-            self._counts = np.asarray(state["draw_counts"], dtype=np.int64).copy()
+        self._losses = np.asarray(state["losses"], dtype=np.float64).copy()
+        self._counts = np.asarray(state["draw_counts"], dtype=np.int64).copy()
         if state.get("rng_state") is not None:
             self._rng.bit_generator.state = state["rng_state"]

@@ -252,20 +252,3 @@ def test_stats_report_entropy_ess_and_hardest():
         st_ = s.stats()
         assert st_["effective_sample_size"] == pytest.approx(4)
         assert st_["entropy"] == pytest.approx(math.log(4))
-
-
-def test_num_samples_is_a_deprecated_alias_of_num_cases_for_one_release():
-    with pytest.warns(DeprecationWarning, match="num_cases"):
-        old = HardnessWeightedSampler(num_samples=4, seed=0)
-    assert old.num_cases == 4
-    with pytest.warns(DeprecationWarning, match="num_cases"):
-        assert old.num_samples == 4
-    with pytest.raises(ValueError, match="differ"), pytest.warns(DeprecationWarning):
-        HardnessWeightedSampler(3, num_samples=4)
-    # a release-1 state dict (key 'num_samples') still loads
-    state = old.state_dict()
-    state["num_samples"] = state.pop("num_cases")
-    state["losses"] = np.array([0.1, 0.2, 0.3, 0.4])
-    new = HardnessWeightedSampler(4, seed=1)
-    new.load_state_dict(state)
-    np.testing.assert_array_equal(np.array(new.losses), state["losses"])

@@ -1,7 +1,7 @@
 """The case-weighting schemes of nnunet_dro.weighting: importance weights and their levers (clip,
 first draw 1, self-normalisation, draw-time beta), the scale-free beta of the adaptive scheme
 (perplexity constraint, shared with worker processes, state), loss smoothing, draw frequencies,
-KL reweighting, and the state layouts of release 1."""
+and KL reweighting."""
 import math
 import multiprocessing as mp
 import pickle
@@ -415,26 +415,17 @@ def test_resume_of_adaptive_state_does_not_warn():
         assert other.current_beta == w.current_beta
 
 
-@pytest.mark.parametrize("layout", ["hardness-weighting", "release-1-wrapped"])
-def test_adaptive_loads_a_fixed_beta_state_and_re_solves_beta(layout):
+def test_adaptive_loads_a_fixed_beta_state_and_re_solves_beta():
     losses = np.linspace(0.0, 2.0, 30)
     with HardnessWeighting(30, beta=100.0, init_loss=losses, seed=0) as fixed, \
             AdaptiveHardnessWeighting(30, fraction=0.4, beta_max=50.0, seed=1) as w:
         fixed.update([0, 1], [1.5, 1.7])
-        state = fixed.state_dict() if layout == "hardness-weighting" else {"sampler": fixed.sampler.state_dict()}
+        state = fixed.state_dict()
         assert "beta" not in state
         _load_quietly(w, state)
         np.testing.assert_array_equal(w.losses, fixed.losses)
         assert w.current_beta == pytest.approx(solve_beta_for_perplexity(fixed.losses, 0.4, 50.0), rel=1e-12)
         assert_meets_perplexity_constraint(w)
-
-
-def test_adaptive_loads_a_bare_sampler_state_and_re_solves_beta():
-    losses = np.linspace(0.0, 2.0, 30)
-    with HardnessWeightedSampler(30, beta=100.0, init_loss=losses, seed=0) as s, \
-            AdaptiveHardnessWeighting(30, fraction=0.4, beta_max=1e3, seed=1) as w:
-        _load_quietly(w, s.state_dict())
-        assert w.current_beta == pytest.approx(solve_beta_for_perplexity(losses, 0.4, 1e3), rel=1e-12)
 
 
 # ---------------------------------------------------------------------------- loss smoothing
@@ -559,38 +550,6 @@ def test_kl_reweighting_state_round_trip():
     np.testing.assert_array_equal(other.sample(10), rw.sample(10))
     other.set_progress(rw.progress)
     np.testing.assert_array_equal(other.weights([0, 1], [0.3, 0.9]), rw.weights([0, 1], [0.3, 0.9]))
-
-
-def test_kl_reweighting_loads_the_release_1_layout():
-    rw = KLReweighting(4, schedule=((0.0, 1.0),), seed=0)
-    rw.load_state_dict({"method": "kl_reweight", "reweighter": {"log_u": 0.25, "r": 1.0}})
-    assert rw.reweighter.log_u == 0.25 and rw.reweighter.r == 1.0
-    assert rw.draw_counts.tolist() == [0, 0, 0, 0]
-    np.testing.assert_array_equal(rw.losses, 0.0)  # no loss known yet
-    # the running mean carries on from the loaded one: u <- 0.5 u + 0.5 mean(exp(l))
-    log_u = float(np.logaddexp(math.log(0.5) + 0.25, math.log(0.5) + 0.5))
-    assert rw.weights([0], [0.5])[0] == pytest.approx(math.exp(0.5 - log_u), rel=1e-12)
-
-
-# ---------------------------------------------------------------------------- release-1 sampler state
-@pytest.mark.parametrize("layout", ["wrapped", "bare"])
-def test_release_1_sampler_state_loads_into_hardness_weighting(layout):
-    with HardnessWeightedSampler(20, beta=100.0, init_loss=1.0, seed=5) as s:
-        rng = np.random.default_rng(0)
-        for _ in range(8):
-            idx = s.sample(3)
-            s.update(idx, rng.uniform(0.9, 1.1, 3))
-        state = s.state_dict()
-        state = pickle.loads(pickle.dumps({"sampler": state} if layout == "wrapped" else state))
-        with HardnessWeighting(20, beta=100.0, seed=77) as w:
-            w.weight_scale = 3.0
-            w.load_state_dict(state)
-            np.testing.assert_array_equal(w.losses, s.losses)
-            np.testing.assert_array_equal(w.draw_counts, s.draw_counts)
-            assert w.weight_scale == 1.0
-            assert w.current_beta == 100.0
-            np.testing.assert_array_equal(w.probabilities(), s.probabilities())
-            np.testing.assert_array_equal(w.sample(12), s.sample(12))  # same RNG stream
 
 
 def test_hardness_weighting_state_round_trip():

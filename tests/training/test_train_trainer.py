@@ -236,7 +236,7 @@ class _FixedBetaUntilLearned(nnUNetTrainerDRO):
 
 
 class _Chi2UntilLearned(nnUNetTrainerDRO):
-    dro_divergence = "chi2"
+    dro_scheme = "chi2"
     dro_uniform_until_learned = 0.0  # 0.0 is "on" (any pseudo-Dice counts), not "off"
 
 

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.nnunet_dro_installed
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test demo
+.PHONY: install test demo demo-full
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,5 +21,10 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# about 20 minutes on 2 cores: the workflow, and whether nnU-Net's budget sufficed (its last line)
 demo: $(STAMP)
+	$(BIN)/nnunet_dro demo --quick
+
+# about an hour: 177 training cases, 120 epochs per arm (seed 0 of the benchmark's first budget)
+demo-full: $(STAMP)
 	$(BIN)/nnunet_dro demo

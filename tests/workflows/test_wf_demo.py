@@ -27,6 +27,9 @@ def test_demo_runs_the_whole_pipeline_and_reuses_finished_steps(tmp_path):
     assert len(convergence) == 2
     assert all("every structure's pseudo-Dice >= 0.2 in no epoch of 1: the budget is tight for this run" in line
                for line in convergence)
+    # ... and the last line says plainly what such a run can show
+    assert done.stdout.strip().splitlines()[-1].startswith(
+        "what this run shows: nnU-Net had not learned every structure by half of its 1 epochs (never)")
     logs = {p.parent.parent.name.split("__")[0]: p.read_text()
             for p in (out / "nnunet" / "nnUNet_results").rglob("training_log_*.txt")}
     assert len(logs) == 2

@@ -564,8 +564,8 @@ class GPUCheck:
         s = self.sizes
         # A quiet host while timing: each trainer's batches are fetched first (by its own loader,
         # its own sampler's draws), its augmentation workers stopped, and the timed steps cycle
-        # through them. Workers left running beside the timed steps made the paired ratios spread
-        # by +-20 % on a 16-core GPU machine.
+        # through them: workers left running beside the timed steps made the paired ratios spread
+        # more than the differences they measure (data_docs/benchmark_record/gpu_check_h200).
         for trainer in trainers.values():
             pool = [next(trainer.dataloader_train) for _ in range(s.timing_batches)]
             self._stop_loaders(trainer)

@@ -59,7 +59,7 @@ def settings(args: argparse.Namespace) -> dict:
     """
     from nnunet_dro.errors import UserError
     from nnunet_dro.training.budget import CPUBudget
-    from nnunet_dro.workflows.pipeline import Budget
+    from nnunet_dro.workflows.pipeline import Budget, Cohort
 
     if args.budget_scale <= 0:
         raise UserError(f"--budget-scale {args.budget_scale}: must be positive")
@@ -67,8 +67,8 @@ def settings(args: argparse.Namespace) -> dict:
     epochs = args.epochs or (None if args.budget_scale == 1.0 and not args.quick else
                              max(1, round(default_epochs * args.budget_scale)))
     return {"budget": Budget(epochs, args.iterations),
-            "n_train": args.n_train or (QUICK["n_train"] if args.quick else 177),
-            "n_test": args.n_test if args.n_test is not None else (QUICK["n_test"] if args.quick else 60)}
+            "n_train": args.n_train or (QUICK["n_train"] if args.quick else Cohort.n_train),
+            "n_test": args.n_test if args.n_test is not None else (QUICK["n_test"] if args.quick else Cohort.n_test)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -172,7 +172,9 @@ def test_exported_model_runs_in_stock_nnunet_with_identical_predictions(trained)
     max_abs_difference = float(np.abs(probabilities.astype(np.float64) - probabilities0).max())
     print(f"max abs difference of the probabilities: {max_abs_difference}")
     assert max_abs_difference == 0.0
-    assert seg0.max() == 1  # the model found the sphere: the comparison is not between two empty images
+    # one epoch may not yet segment the sphere; the comparison is still between outputs that vary
+    # voxel by voxel, not between two constant images
+    assert np.ptp(probabilities0[1]) > 1e-3
 
     # the stock trainer itself, made the way nnUNetv2_train makes it, loads the whole checkpoint
     # (init_args, optimizer and grad scaler state, logging, epoch) in that process

@@ -151,4 +151,13 @@ BUDGET_TRAINERS: dict[str, type] = {
     "nnUNetTrainer_CPUBudget_repeat": nnUNetTrainer_CPUBudget_repeat,
     **{twin.__name__: twin for twin in map(budget_twin, (*TRAINERS.values(), *NNUNET_ALTERNATIVES))},
 }
+
+
+class nnUNetTrainerCaseWeights_CPUBudget_JTT(BUDGET_TRAINERS["nnUNetTrainerCaseWeights_CPUBudget"]):
+    """The second training of Just Train Twice (the benchmark's JTT arm): ``nnUNetTrainerCaseWeights``
+    with the CPU budget, in a results folder of its own (nnU-Net names the folder after the
+    trainer), reading the error set's table from ``nnUNet_dro_case_weights``."""
+
+
+BUDGET_TRAINERS[nnUNetTrainerCaseWeights_CPUBudget_JTT.__name__] = nnUNetTrainerCaseWeights_CPUBudget_JTT
 globals().update(BUDGET_TRAINERS)  # module attributes, so nnU-Net's lookup by name finds them

@@ -59,8 +59,9 @@ from nnunet_dro.workflows.benchmark_analysis import (BASELINE, DEFAULT_ARMS, har
                                                      plot_tradeoff, summary_by_seed, summary_over_seeds,
                                                      targets_check, terminal_report, training_fit,
                                                      training_fit_section)
-from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, FURTHER_RESULTS, Budget, Cohort, Workspace,
-                                           convergence_line, progress_filter)
+from nnunet_dro.training.case_tables import CASE_WEIGHTS_FILENAME
+from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, FURTHER_RESULTS, JTT_ARM, JTT_SETTINGS, Budget, Cohort,
+                                           Workspace, convergence_line, progress_filter)
 
 DATASET_ID = 991
 DATASET_NAME = "SyntheticFetalBenchmark"
@@ -71,10 +72,12 @@ LARGE_TEST_DATASET_ID = 992  # --large-test: further test cases, scored with the
 def record_files(ws: Workspace, arm: str, trainer: str) -> list[Path]:
     """The files of a finished (seed, arm) trained by ``trainer`` that ``--report-only`` reads: the
     cohort settings, the subgroup table, the arm's result and per-case Dice, its hardness report if
-    it has one, and its Dice on the larger test set and on its training cases if they were scored
-    (``--large-test``, ``--training-fit``)."""
+    it has one, its case-weight table if it trained with one (the JTT arm's error set), and its Dice on
+    the larger test set and on its training cases if they were scored (``--large-test``,
+    ``--training-fit``)."""
     files = [ws.folder / "cohort.json", ws.raw / SUBGROUPS_FILENAME, ws.arm_folder(arm) / "result.json",
              ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer),
+             ws.arm_folder(arm) / CASE_WEIGHTS_FILENAME,
              ws.folder / "large_test.json", *(ws.arm_folder(arm) / name for name in FURTHER_RESULTS.values())]
     return [f for f in files if f.is_file()]
 
@@ -100,7 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "and IQR per condition and region, paired differences to ERM and the trade-off plot.")
     parser.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a list 0,1,2 (one seed alone: 2,). Default: 3")
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
-                        help=f"comma-separated arms among {', '.join(ARM_TRAINERS)}. Default: {','.join(DEFAULT_ARMS)}")
+                        help=f"comma-separated arms among {', '.join(ARM_TRAINERS)}. {JTT_ARM}: Just Train Twice, "
+                             f"a second training drawing the cases the {BASELINE} arm's network fits worst on its "
+                             f"training cases (worst {JTT_SETTINGS['fraction']:g} by their worst region's Dice) "
+                             f"{JTT_SETTINGS['upweight']:g} times as often. Default: {','.join(DEFAULT_ARMS)}")
     parser.add_argument("--epochs", type=int, default=None,
                         help="override the budget's 120 epochs (1 for smoke runs; 240 leaves few seeds with a tight "
                              "budget, at twice the time)")
@@ -196,8 +202,6 @@ def run(args: argparse.Namespace) -> int:
                            minority_hardness_auc=ws.minority_hardness_auc(trainer),
                            busiest_case_draws=ws.busiest_case_draws(trainer),
                            noisy_draw_share=ws.noisy_draw_share(trainer), noisy_cases=len(ws.noisy_cases()))
-            if "all_learned_epoch" not in summary:
-                summary["all_learned_epoch"] = ws.all_learned_epoch(trainer)
             say(convergence_line(f"{arm} seed {seed}", summary))
             if args.large_test and not args.report_only:
                 ws.score_further(arm, trainer, "large_test", LARGE_TEST_DATASET_ID, args.device)

@@ -74,8 +74,6 @@ def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Bud
     for method, arm in DEMO_ARMS.items():
         step(4, f"nnUNetv2_predict of the test images (--disable_tta) [{method}]")
         summaries[method], _ = ws.run_arm(arm, ARM_TRAINERS[arm], seed, budget, device, show=progress_filter(echo))
-        if "all_learned_epoch" not in summaries[method]:  # results stored before the summary kept it
-            summaries[method]["all_learned_epoch"] = ws.all_learned_epoch(ARM_TRAINERS[arm])
 
     step(5, "nnunet_dro evaluate by condition and region")
     from nnunet_dro.evaluation.api import evaluate

@@ -31,6 +31,7 @@ from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
 from nnunet_dro.training.budget import BUDGET_TRAINERS, EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
+from nnunet_dro.training.case_tables import CASE_WEIGHTS_ENV, CASE_WEIGHTS_FILENAME
 from nnunet_dro.training.registry import arm_name
 from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, START_EPOCH, THRESHOLD, all_learned_epoch,
                                           collapsed_epochs, learning_time_text, lost_epochs)
@@ -52,6 +53,8 @@ LARGE_TEST_SEED_OFFSET = 1_000_000
 #: Where :meth:`Workspace.score_further` keeps each further scoring of an arm's network.
 FURTHER_RESULTS = {"large_test": "per_case_large_test.csv", "training": "per_case_training.csv"}
 
+#: the arm every other arm is compared with, paired: nnU-Net's own training (uniform draws)
+BASELINE_ARM = "ERM"
 #: Arm name -> CPU-budget trainer (the benchmark's and the demo's choices).
 #: the arm names of the benchmark record and the journal (before arms were named after their trainers)
 LEGACY_ARMS = {
@@ -69,8 +72,15 @@ LEGACY_ARMS = {
 NNUNET_ALTERNATIVE_ARMS = {"DiceTopK10": "nnUNetTrainerDiceTopK10Loss_CPUBudget",
                            "TopK10": "nnUNetTrainerTopk10Loss_CPUBudget",
                            "Oversample033": "nnUNetTrainer_probabilisticOversampling_033_CPUBudget"}
+#: Just Train Twice as an arm: the ERM arm's final network scored on its own training cases, the
+#: error set and its table (:mod:`nnunet_dro.workflows.jtt`, the defaults of ``nnunet_dro jtt``), then
+#: a second training that reads the table. Its own trainer name, so that its run folder is not the
+#: CaseWeights arm's.
+JTT_ARM = "JTT"
+JTT_SETTINGS = {"fraction": 0.2, "rule": "worst-dice", "upweight": 5.0}
 ARM_TRAINERS = {**{arm_name(name): name for name in BUDGET_TRAINERS if name.endswith("_CPUBudget")},
-                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat", **LEGACY_ARMS, **NNUNET_ALTERNATIVE_ARMS}
+                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat", **LEGACY_ARMS, **NNUNET_ALTERNATIVE_ARMS,
+                JTT_ARM: "nnUNetTrainerCaseWeights_CPUBudget_JTT"}
 
 
 @dataclass(frozen=True)
@@ -185,9 +195,13 @@ class Workspace:
         return (folder / "result.json").is_file() and (folder / "per_case.csv").is_file()
 
     def load(self, arm: str) -> tuple[dict, pd.DataFrame]:
+        """The arm's stored summary and per-case Dice. Results stored before the summary kept the
+        epoch from which every structure was learned get it from the run's log, if its folder is here."""
         folder = self.arm_folder(arm)
-        return (json.loads((folder / "result.json").read_text()),
-                pd.read_csv(folder / "per_case.csv", dtype={"case": str}))
+        summary = json.loads((folder / "result.json").read_text())
+        if "all_learned_epoch" not in summary:
+            summary["all_learned_epoch"] = self.all_learned_epoch(summary.get("trainer", ARM_TRAINERS.get(arm, "")))
+        return summary, pd.read_csv(folder / "per_case.csv", dtype={"case": str})
 
     def _training_groups(self) -> pd.DataFrame:
         subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
@@ -275,19 +289,45 @@ class Workspace:
     def train_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
                   show: Callable[[str], None] | None = None) -> float:
         """``nnUNetv2_train`` of one arm (resumed with ``--c`` after an interruption, skipped when
-        finished); returns the seconds it took now."""
+        finished); returns the seconds it took now. The JTT arm first writes its case-weight table
+        (:meth:`jtt_table`) and trains with it."""
         fold_dir = self.fold_folder(trainer)
         tic = time.perf_counter()
         if not (fold_dir / "checkpoint_final.pth").is_file():
+            extra = {CASE_WEIGHTS_ENV: str(self.jtt_table(device))} if arm == JTT_ARM else {}
             resume = ["--c"] if (fold_dir / "checkpoint_latest.pth").is_file() else []
             self.echo(f"  {arm}: nnUNetv2_train {self.dataset_id} {CONFIGURATION} {FOLD} -tr {trainer}"
                       + (" --c (resuming)" if resume else ""))
-            env = {**self.env, SEED_ENV: str(seed), **budget.env()}
+            env = {**self.env, SEED_ENV: str(seed), **budget.env(), **extra}
             run_nnunet("nnUNetv2_train", [str(self.dataset_id), CONFIGURATION, FOLD, "-tr", trainer, "-device", device,
                                           *resume], env, echo=show, log_file=self.log_file)
             self.arm_folder(arm).mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.arm_folder(arm) / "train_seconds.txt", f"{time.perf_counter() - tic:.1f}\n")
         return time.perf_counter() - tic
+
+    def jtt_table(self, device: str = "cpu") -> Path:
+        """Just Train Twice's first stage, from the finished ERM arm: its final network scored on its
+        own training cases (:meth:`score_further`, kept), the error set by ``JTT_SETTINGS`` and the
+        case-weight table ``arms/JTT/case_weights.tsv`` (written once; its path is returned)."""
+        from nnunet_dro.workflows.jtt import case_scores, case_weight_table, error_set
+
+        table_path = self.arm_folder(JTT_ARM) / CASE_WEIGHTS_FILENAME
+        if table_path.is_file():
+            return table_path
+        if not self.finished(BASELINE_ARM):
+            raise UserError(f"{self.folder}: the {JTT_ARM} arm needs the finished {BASELINE_ARM} arm (its first "
+                            f"training); list {BASELINE_ARM} before it")
+        fit = self.score_further(BASELINE_ARM, ARM_TRAINERS[BASELINE_ARM], "training", device=device)
+        rule, fraction, upweight = JTT_SETTINGS["rule"], JTT_SETTINGS["fraction"], JTT_SETTINGS["upweight"]
+        errors = error_set(fit, fraction, rule)
+        scores = case_scores(fit, rule)
+        table = case_weight_table(list(scores.index), errors, upweight)
+        table["score"] = table["case"].map(scores).round(3)
+        self.arm_folder(JTT_ARM).mkdir(parents=True, exist_ok=True)
+        write_text_atomic(table_path, table.to_csv(sep="\t", index=False))
+        self.echo(f"  {JTT_ARM}: error set of the {BASELINE_ARM} network on its training cases ({rule}, worst "
+                  f"{fraction:g}): {len(errors)} of {len(table)} cases, drawn {upweight:g} times as often")
+        return table_path
 
     def _predict_and_score(self, arm: str, trainer: str, images: Path, labels: Path, groups: Path,
                            predictions: Path, device: str) -> pd.DataFrame:

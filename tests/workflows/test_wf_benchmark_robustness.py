@@ -609,24 +609,53 @@ def test_the_script_is_a_thin_entry_point_to_the_module():
 @pytest.mark.slow
 def test_smoke_run_with_label_noise_and_nnunet_alternatives(bench, tmp_path, capsys):
     """End to end: two training cases' labels corrupted (one minority, one control), the test cases
-    clean; ERM, the default DRO trainer and nnU-Net's own TopK10 loss trained; the report gives each
-    arm's share of draws on the noisy cases."""
-    args = ["--seeds", "1", "--arms", "ERM,DROAdaptive,TopK10", "--epochs", "1", "--iterations", "2",
-            "--n-train", "10", "--n-test", "6", "--size", "16", "--label-noise", "2", "-o", str(tmp_path)]
+    clean; ERM, the default DRO trainer, nnU-Net's own TopK10 loss and Just Train Twice trained; the
+    report gives each arm's share of draws on the noisy cases."""
+    record = tmp_path / "record"
+    args = ["--seeds", "1", "--arms", "ERM,DROAdaptive,TopK10,JTT", "--epochs", "1", "--iterations", "2",
+            "--n-train", "10", "--n-test", "6", "--size", "16", "--label-noise", "2", "-o", str(tmp_path / "bench"),
+            "--export-record", str(record)]
     assert bench.main(args) == 0
-    seed = tmp_path / "runs" / "seed_0"
+    out = tmp_path / "bench"
+    seed = out / "runs" / "seed_0"
+    _check_jtt_arm(seed, record, capsys.readouterr().out)
     noisy = json.loads((seed / "label_noise.json").read_text())
     groups = pd.read_csv(seed / "nnunet" / "nnUNet_raw" / "Dataset991_SyntheticFetalBenchmark" / "subgroups.tsv",
                          sep="\t").set_index("case")["condition"]
     assert [r["kind"] for r in noisy] == ["erase", "swap"]
     assert sorted(groups[r["case"]] == "control" for r in noisy) == [False, True]
-    report = (tmp_path / "summary.md").read_text()
+    report = (out / "summary.md").read_text()
     assert "## Label noise: are the noisy cases chased?" in report
-    runs = pd.read_csv(tmp_path / "runs.csv").set_index("arm")
+    runs = pd.read_csv(out / "runs.csv").set_index("arm")
     assert runs.loc["ERM", "noisy_draw_share"] == pytest.approx(2 / 10)
     assert 0 <= runs.loc["DROAdaptive", "noisy_draw_share"] <= 1 and runs.loc["TopK10", "noisy_cases"] == 2
     capsys.readouterr()
     clean = ["--seeds", "1", "--arms", "ERM", "--epochs", "1", "--iterations", "2", "--n-train", "10",
-             "--n-test", "6", "--size", "16", "-o", str(tmp_path)]
+             "--n-test", "6", "--size", "16", "-o", str(out)]
     assert bench.main(clean) == 2  # the folder holds the noisy cohort: a clean one is refused
     assert "label_noise" in capsys.readouterr().err
+
+
+def _check_jtt_arm(seed: Path, record: Path, printed: str, n_train: int = 10) -> None:
+    """Just Train Twice's two stages: the ERM network scored on its own training cases, its worst
+    fifth by worst-region Dice up-weighted, a second training in its own folder reading that table,
+    and the table kept in the record."""
+    from nnunet_dro.workflows.pipeline import JTT_SETTINGS
+
+    fit = pd.read_csv(seed / "arms" / "ERM" / "per_case_training.csv", dtype={"case": str})
+    worst = fit.dropna(subset=["value"]).groupby("case")["value"].min()
+    assert len(worst) == n_train
+    table_file = seed / "arms" / "JTT" / "case_weights.tsv"
+    table = pd.read_csv(table_file, sep="\t", dtype={"case": str})
+    assert sorted(table["case"]) == sorted(worst.index)
+    chosen = set(table.loc[table["weight"] == JTT_SETTINGS["upweight"], "case"])
+    assert len(chosen) == int(np.ceil(JTT_SETTINGS["fraction"] * n_train))
+    assert set(table["weight"]) == {1.0, JTT_SETTINGS["upweight"]}
+    assert max(worst[c] for c in chosen) <= min(worst[c] for c in set(worst.index) - chosen)
+    assert "error set of the ERM network on its training cases" in printed
+    result = json.loads((seed / "arms" / "JTT" / "result.json").read_text())
+    assert result["trainer"] == "nnUNetTrainerCaseWeights_CPUBudget_JTT"
+    fold = (seed / "nnunet" / "nnUNet_results" / "Dataset991_SyntheticFetalBenchmark"
+            / "nnUNetTrainerCaseWeights_CPUBudget_JTT__nnUNetPlans__3d_fullres" / "fold_all")
+    assert f"case weights from {table_file}" in next(fold.glob("training_log_*.txt")).read_text()
+    assert (record / "runs" / seed.name / "arms" / "JTT" / "case_weights.tsv").read_text() == table_file.read_text()

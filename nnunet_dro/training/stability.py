@@ -16,7 +16,7 @@ START_EPOCH = 10
 THRESHOLD = 0.05
 LEARNED = 0.5
 #: a structure counts as learned (in :func:`all_learned_epoch`) from this pseudo-Dice on: the ERM
-#: phase of ``nnUNetTrainerDROAdaptive_untilLearned`` uses the same threshold
+#: phase of the default ``nnUNetTrainerDROAdaptive`` uses the same threshold
 ALL_LEARNED = 0.2
 
 

@@ -64,8 +64,8 @@ from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloade
                                                read_checkpoint, save_checkpoint_atomic)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
 from nnunet_dro.training.guard import RECOVER, GuardEvent, check_guard_settings, escalated_fraction, replay_guard
-from nnunet_dro.training.stability import (LEARNED, THRESHOLD, all_learned, learning_time_line, pseudo_dice_history,
-                                           stability_line)
+from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, THRESHOLD, all_learned, learning_time_line,
+                                           pseudo_dice_history, stability_line)
 from nnunet_dro.weighting import (AdaptiveHardnessWeighting, CaseWeighting, Chi2HardnessWeighting, FixedWeighting,
                                   GroupBalancedWeighting, GroupDROWeighting, HardnessWeighting, ImportanceWeights,
                                   KLReweighting)
@@ -638,9 +638,19 @@ class nnUNetTrainerDRO(nnUNetTrainerCaseWeighting):
 
 class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
     """Scale-free hardness weighted sampling, f = 0.5 without importance weights, no case drawn
-    with more than 5 times the uniform probability, and the stability guard on. What it achieved
-    and where it did not: docs/evidence.md. Its gains need a budget at which nnU-Net learns every
-    structure well before the end; the end of the training log says whether a run had one.
+    with more than 5 times the uniform probability, after an ERM phase that lasts until every
+    structure is learned, and the stability guard on. What it achieved and where it did not:
+    docs/evidence.md. Its gains need a budget at which nnU-Net learns every structure well before
+    the end; the end of the training log says whether a run had one.
+
+    The ERM phase (``dro_uniform_until_learned = 0.2``): uniform sampling until the first epoch at
+    whose end every structure's pseudo-Dice is at least 0.2, robust weighting from the next epoch
+    on. Drawing hard cases more means fewer draws for what every case still lacks: robust weighting
+    from the first epoch kept two structures from being learned at all in one 40-case run of four,
+    and wrecked the majority (docs/evidence.md). A run that learns its last structure late thus gets
+    little DRO, and a run that never learns it trains as ERM. Why 0.2 and not 0.5: a small structure
+    can stay below 0.5 in a converged ERM run, while every structure passes 0.2 within a few epochs
+    of leaving 0. ``nnUNetTrainerDROAdaptive_fromStart`` is the same without the ERM phase.
 
     ``beta_t`` is re-solved from the stale losses so that the drawing distribution stays spread over
     at least ``dro_fraction`` (here 50 %) of the training cases (perplexity ``exp(H(p)) >= f n``,
@@ -662,3 +672,4 @@ class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
     dro_is_first_draw_one = True
     dro_is_self_normalise = True
     dro_guard = True
+    dro_uniform_until_learned = ALL_LEARNED

@@ -61,10 +61,14 @@ LEGACY_ARMS = {
     "DRO_beta100": "nnUNetTrainerDRO_CPUBudget",
     **{f"Adaptive_{f}": f"nnUNetTrainerDROAdaptive_{f}_CPUBudget"
        for f in ("f25", "f50", "f75", "f90", "f25_noIS", "f75_noIS", "f90_noIS", "kappa1", "warm50", "warm50_noIS",
-                 "untilLearned", "noGuard", "f25_noIS_cap5")},
+                 "noGuard", "f25_noIS_cap5")},
     "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
     "Adaptive_f50_noIS_smooth25": "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
-    "Adaptive_f50_noIS_cap5": "nnUNetTrainerDROAdaptive_CPUBudget",  # the default's setting, once a second class
+    # the default's setting before its ERM phase (once a second class, then the default itself)
+    "Adaptive_f50_noIS_cap5": "nnUNetTrainerDROAdaptive_fromStart_CPUBudget",
+    # the ERM phase until every structure is learned, a variant before it became the default
+    "Adaptive_untilLearned": "nnUNetTrainerDROAdaptive_CPUBudget",
+    "DROAdaptive_untilLearned": "nnUNetTrainerDROAdaptive_CPUBudget",
 }
 #: arm -> CPU-budget trainer: every budget trainer under its arm name (the trainer's name without
 #: ``nnUNetTrainer``, ERM for nnU-Net's), ERM run again (ERM_repeat), and the record's arm names

@@ -117,7 +117,8 @@ def test_region_dataset_trains_with_per_sample_dice_and_bce(region_dataset, test
 
 
 def test_adaptive_trainer_trains_with_workers_and_resumes_its_beta(label_dataset, test_trainer_dir):
-    """nnUNetTrainerDROAdaptive through nnUNetv2_train with two data-augmentation workers: the beta
+    """The default's robust phase (nnUNetTrainerDROAdaptive_fromStart: the default without its ERM
+    phase) through nnUNetv2_train with two data-augmentation workers: the beta
     follows the losses, the state (losses, beta, running mean of the weights) goes into the
     checkpoint, and --c starts the workers from exactly that state."""
     ds = label_dataset
@@ -157,8 +158,8 @@ def test_adaptive_trainer_trains_with_workers_and_resumes_its_beta(label_dataset
 
 
 def test_until_learned_trainer_releases_robust_weighting_with_workers(label_dataset, test_trainer_dir):
-    """nnUNetTrainerDROAdaptive_untilLearned through nnUNetv2_train with two data-augmentation
-    workers (threshold 0 in the test class, so the first epoch's pseudo-Dice releases it): epoch 0
+    """The default's ERM phase through nnUNetv2_train with two data-augmentation workers (threshold
+    0 in the test class, so the first epoch's pseudo-Dice releases it): epoch 0
     draws uniformly, epoch 1 under the solved beta, and the checkpoint says the phase is over."""
     ds = label_dataset
     trainer = "nnUNetTrainerDROAdaptive_untilLearned_e2eTest"

@@ -16,7 +16,7 @@ from batchgenerators.utilities.file_and_folder_operations import load_json
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
 from nnunet_dro.training import (DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS, nnUNetTrainerDROAdaptive,
-                                 nnUNetTrainerDROAdaptive_untilLearned)
+                                 nnUNetTrainerDROAdaptive_fromStart)
 from nnunet_dro.training.nnunet_compat import compatibility_problems
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -164,7 +164,7 @@ def test_installed_nnunet_has_the_shape_nnunet_compat_mirrors():
     assert not problems, "nnunetv2 changed shape:\n" + "\n".join(problems)
 
 
-class _CapTrainerForFewCases(nnUNetTrainerDROAdaptive):
+class _CapTrainerForFewCases(nnUNetTrainerDROAdaptive_fromStart):
     dro_max_weight = 1.5  # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
 
 
@@ -186,7 +186,7 @@ def test_cap_trainer_builds_a_capped_scale_free_scheme(label_dataset, monkeypatc
         trainer._close_case_weighting()
 
 
-class _UntilLearnedForFewCases(nnUNetTrainerDROAdaptive_untilLearned):
+class _UntilLearnedForFewCases(nnUNetTrainerDROAdaptive):
     dro_max_weight = None  # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
 
 

@@ -87,7 +87,8 @@ def test_variants_only_set_attributes_and_keep_nnunet_constructor_signature():
 # The variants keep the settings the evidence tables measured them with (no cap) although the default
 # gained the cap: a name must keep meaning what the benchmark says it did.
 ADAPTIVE_VARIANTS = {
-    "nnUNetTrainerDROAdaptive": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive": (0.5, False, 5.0, "perplexity", 0.0, 1.0, 0.2),
+    "nnUNetTrainerDROAdaptive_fromStart": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_f25_noIS_cap5": (0.25, False, 5.0, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_noIS": (0.5, False, None, "perplexity", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_f25": (0.25, True, None, "perplexity", 0.0, 1.0, None),
@@ -101,7 +102,6 @@ ADAPTIVE_VARIANTS = {
     "nnUNetTrainerDROAdaptive_warm50": (0.5, True, None, "perplexity", 0.5, 1.0, None),
     "nnUNetTrainerDROAdaptive_warm50_noIS": (0.5, False, None, "perplexity", 0.5, 1.0, None),
     "nnUNetTrainerDROAdaptive_kappa1": (0.5, False, None, "spread", 0.0, 1.0, None),
-    "nnUNetTrainerDROAdaptive_untilLearned": (0.5, False, 5.0, "perplexity", 0.0, 1.0, 0.2),
     "nnUNetTrainerDROAdaptive_noGuard": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
 }
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from nnunet_dro.training import (nnUNetTrainerCaseWeights, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive,
-                                 nnUNetTrainerDROAdaptive_untilLearned, nnUNetTrainerGroupDRO)
+                                 nnUNetTrainerDROAdaptive_fromStart, nnUNetTrainerGroupDRO)
 
 
 class TestSize:
@@ -55,12 +55,13 @@ class nnUNetTrainerDRO_e2eTest(TestSize, nnUNetTrainerDRO):
     pass
 
 
-class nnUNetTrainerDROAdaptive_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
-    pass
+class nnUNetTrainerDROAdaptive_e2eTest(TestSize, nnUNetTrainerDROAdaptive_fromStart):
+    """The default's robust phase from the first epoch (a two-epoch run never leaves its ERM phase;
+    that phase has a test of its own, nnUNetTrainerDROAdaptive_untilLearned_e2eTest)."""
 
 
-class nnUNetTrainerDROAdaptive_guard_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
-    """The default (its stability guard on) with a scripted pseudo-Dice: DRO_TEST_FORCED_DICE holds
+class nnUNetTrainerDROAdaptive_guard_e2eTest(TestSize, nnUNetTrainerDROAdaptive_fromStart):
+    """The default's robust phase (its stability guard on) with a scripted pseudo-Dice: DRO_TEST_FORCED_DICE holds
     one value per epoch (';'-separated) that replaces every structure's logged pseudo-Dice after
     nnU-Net's own validation of that epoch, so a test can make a learned structure 'lost'."""
 
@@ -71,8 +72,9 @@ class nnUNetTrainerDROAdaptive_guard_e2eTest(TestSize, nnUNetTrainerDROAdaptive)
         logged[-1] = [script[min(self.current_epoch, len(script) - 1)]] * len(logged[-1])
 
 
-class nnUNetTrainerDROAdaptive_untilLearned_e2eTest(TestSize, nnUNetTrainerDROAdaptive_untilLearned):
-    dro_uniform_until_learned = 0.0  # any finite pseudo-Dice counts as learned: released after epoch 0
+class nnUNetTrainerDROAdaptive_untilLearned_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
+    """The default's ERM phase, ended by any finite pseudo-Dice: released after epoch 0."""
+    dro_uniform_until_learned = 0.0
 
 
 class nnUNetTrainerGroupDRO_e2eTest(TestSize, nnUNetTrainerGroupDRO):

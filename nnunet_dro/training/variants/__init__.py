@@ -22,9 +22,13 @@ least ``f * n`` cases, ``beta_t <= 100``). Importance weights, where on, use the
 docs/evidence.md and the benchmark journal; the variants keep the settings they were measured with
 (no probability cap unless ``cap5`` is in the name), so their names mean what those tables say:
 
+The default samples uniformly (ERM) until every structure's pseudo-Dice is at least 0.2; every
+variant below samples robustly from the first epoch, as the default did when they were measured:
+
 | trainer                          | f (fraction of cases p stays spread over) | importance sampling | largest p |
 |----------------------------------|-------------------------------------------|---------------------|-----------|
-| nnUNetTrainerDROAdaptive         | 0.5                                       | off                 | 5 / n     |
+| nnUNetTrainerDROAdaptive         | 0.5 after uniform sampling until every structure's pseudo-Dice >= 0.2 | off | 5 / n |
+| nnUNetTrainerDROAdaptive_fromStart | 0.5 from the first epoch (the default before its ERM phase) | off      | 5 / n     |
 | nnUNetTrainerDROAdaptive_f25_noIS_cap5 | 0.25 (the capped default made stronger) | off            | 5 / n     |
 | nnUNetTrainerDROAdaptive_noIS    | 0.5 (the default before held-out seeds)   | off                 | no cap    |
 | nnUNetTrainerDROAdaptive_f25     | 0.25 (most robust)                        | on                  | no cap    |
@@ -37,8 +41,7 @@ docs/evidence.md and the benchmark journal; the variants keep the settings they 
 | nnUNetTrainerDROAdaptive_f90_noIS | 0.9 (the default of the 40-case benchmark) | off               | no cap    |
 | nnUNetTrainerDROAdaptive_warm50  | 0.5 after uniform sampling (ERM) for the first half of the epochs | on | no cap |
 | nnUNetTrainerDROAdaptive_warm50_noIS | 0.5 after the same uniform first half             | off         | no cap    |
-| nnUNetTrainerDROAdaptive_untilLearned | 0.5 after uniform sampling until every structure's pseudo-Dice >= 0.2 | off | 5 / n |
-| nnUNetTrainerDROAdaptive_noGuard | 0.5, without the stability guard | off | 5 / n |
+| nnUNetTrainerDROAdaptive_noGuard | 0.5 from the first epoch, without the stability guard | off | 5 / n |
 | nnUNetTrainerDROAdaptive_kappa1  | the paper's rule of thumb instead: beta = 1 / std(L), <= 100 | off  | no cap    |
 
 Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's

@@ -1,8 +1,8 @@
 """One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
-from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive
+from nnunet_dro.training.variants.nnUNetTrainerDROAdaptive_fromStart import nnUNetTrainerDROAdaptive_fromStart
 
 
-class nnUNetTrainerDROAdaptive_f90(nnUNetTrainerDROAdaptive):
+class nnUNetTrainerDROAdaptive_f90(nnUNetTrainerDROAdaptive_fromStart):
     dro_fraction = 0.9
     dro_importance_sampling = True
     dro_max_weight = None

@@ -1,8 +1,8 @@
 """One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
-from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive
+from nnunet_dro.training.variants.nnUNetTrainerDROAdaptive_fromStart import nnUNetTrainerDROAdaptive_fromStart
 
 
-class nnUNetTrainerDROAdaptive_kappa1(nnUNetTrainerDROAdaptive):
+class nnUNetTrainerDROAdaptive_kappa1(nnUNetTrainerDROAdaptive_fromStart):
     """The paper's rule of thumb (beta of the order of 1 / std of the stale losses) as the scale-free
     rule: ``beta_t = 1 / std(L)``, capped at 100; the comparison arm for the perplexity rule (the
     default's other settings: no importance weights)."""

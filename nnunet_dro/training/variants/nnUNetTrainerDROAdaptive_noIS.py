@@ -1,8 +1,8 @@
 """One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
-from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive
+from nnunet_dro.training.variants.nnUNetTrainerDROAdaptive_fromStart import nnUNetTrainerDROAdaptive_fromStart
 
 
-class nnUNetTrainerDROAdaptive_noIS(nnUNetTrainerDROAdaptive):
+class nnUNetTrainerDROAdaptive_noIS(nnUNetTrainerDROAdaptive_fromStart):
     """f = 0.5 without importance weights and without the probability cap (the benchmark arm
     Adaptive_f50_noIS; the default until the held-out seeds of the paper-sized cohort)."""
     dro_fraction = 0.5

@@ -413,13 +413,16 @@ def training_fit_section(fit: pd.DataFrame) -> list[str]:
 
 def markdown_report(summary: pd.DataFrame, paired: pd.DataFrame, runs: pd.DataFrame, settings: dict,
                     hardest: dict[str, str], targets: list[str], sections: Sequence[str] = ()) -> str:
+    # the trainer each arm's runs were stored with (an arm name can outlive its trainer's name)
+    trained = (runs.groupby("arm")["trainer"].agg(lambda t: ", ".join(sorted(set(map(str, t)))))
+               if "trainer" in runs else pd.Series(dtype=str))
     lines = [
         "# Robustness benchmark: ERM vs DRO arms on the synthetic fetal-brain-like cohort",
         "",
         f"Seeds (cohort seed = training seed): {', '.join(map(str, settings['seeds']))}. Cohort per seed: "
         f"{settings['cohort']['n_train']} training cases (control/spina bifida/other about 80/12/8 %), "
         f"{settings['cohort']['n_test']} test cases (a third each), {settings['cohort']['size']}^3 voxels. "
-        f"Arms: " + ", ".join(f"{a} (`{ARM_TRAINERS[a]}`)" for a in settings["arms"]) + ". "
+        f"Arms: " + ", ".join(f"{a} (`{trained.get(a, ARM_TRAINERS[a])}`)" for a in settings["arms"]) + ". "
         f"Budget: {settings['budget']}.",
         "",
         "Dice in percent per test case; statistics per seed (numpy percentiles, IQR = p75 - p25), then "

@@ -84,7 +84,8 @@ RATIO_TARGET = 1.01
 
 #: the short-run subclasses, imported by nnU-Net through nnUNet_extTrainer
 TRAINER_MODULE = '''
-"""Short-run subclasses for scripts/gpu_check.py: fewer epochs and iterations, nothing else changed."""
+"""Short-run subclasses for scripts/gpu_check.py: fewer epochs and iterations, and the default's
+robust phase from the first epoch (a few epochs would not leave its ERM phase); nothing else changed."""
 import os
 
 import numpy as np
@@ -126,7 +127,9 @@ class nnUNetTrainerDRO_gpuCheck(ShortRun, nnUNetTrainerDRO):
 
 
 class nnUNetTrainerDROAdaptive_gpuCheck(ShortRun, nnUNetTrainerDROAdaptive):
-    pass
+    # a few epochs never leave the default's ERM phase: check the robust phase under AMP, compile and
+    # workers, the phase with non-uniform draws and beta solves
+    dro_uniform_until_learned = None
 
 
 class nnUNetTrainerGroupBalanced_gpuCheck(ShortRun, nnUNetTrainerGroupBalanced):

@@ -69,6 +69,16 @@ def case_weight_table(cases: Sequence[str], errors: Sequence[str], upweight: flo
                                                             for c in sorted(cases)]})
 
 
+def jtt_table(per_case: pd.DataFrame, fraction: float, rule: str, upweight: float) -> tuple[pd.DataFrame, list[str]]:
+    """The case-weight table (``case``, ``weight``, and each case's ``score`` by ``rule``) and the
+    error set, from the first training's per-case Dice (columns ``case``, ``region``, ``value``)."""
+    errors = error_set(per_case, fraction, rule)
+    scores = case_scores(per_case, rule)
+    table = case_weight_table(list(scores.index), errors, upweight)
+    table["score"] = table["case"].map(scores).round(3)
+    return table, errors
+
+
 def write_jtt_table(prediction: str, output: str | Path, *, reference: str | None = None, fraction: float = 0.2,
                     rule: str = "worst-dice", upweight: float = 5.0, regions: str | None = None,
                     folds: Sequence[int] | None = None, num_processes: int | None = None,
@@ -86,10 +96,7 @@ def write_jtt_table(prediction: str, output: str | Path, *, reference: str | Non
     result = evaluate(reference, {"ERM": prediction}, None, regions=regions, num_processes=num_processes,
                       progress=False, folds=folds, echo=echo)
     per_case = result.per_case[result.per_case["metric"] == "dice"]
-    errors = error_set(per_case, fraction, rule)
-    scores = case_scores(per_case, rule)
-    table = case_weight_table(list(scores.index), errors, upweight)
-    table["score"] = table["case"].map(scores).round(3)
+    table, errors = jtt_table(per_case, fraction, rule, upweight)
     write_text_atomic(output, table.to_csv(sep="\t", index=False))
     echo(f"error set ({rule}, worst {fraction:g}): {len(errors)} of {len(table)} cases, drawn {upweight:g} times as "
          f"often: {', '.join(errors[:8])}{' ...' if len(errors) > 8 else ''}")

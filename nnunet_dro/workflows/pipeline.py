@@ -313,7 +313,7 @@ class Workspace:
         """Just Train Twice's first stage, from the finished ERM arm: its final network scored on its
         own training cases (:meth:`score_further`, kept), the error set by ``JTT_SETTINGS`` and the
         case-weight table ``arms/JTT/case_weights.tsv`` (written once; its path is returned)."""
-        from nnunet_dro.workflows.jtt import case_scores, case_weight_table, error_set
+        from nnunet_dro.workflows.jtt import jtt_table
 
         table_path = self.arm_folder(JTT_ARM) / CASE_WEIGHTS_FILENAME
         if table_path.is_file():
@@ -323,10 +323,7 @@ class Workspace:
                             f"training); list {BASELINE_ARM} before it")
         fit = self.score_further(BASELINE_ARM, ARM_TRAINERS[BASELINE_ARM], "training", device=device)
         rule, fraction, upweight = JTT_SETTINGS["rule"], JTT_SETTINGS["fraction"], JTT_SETTINGS["upweight"]
-        errors = error_set(fit, fraction, rule)
-        scores = case_scores(fit, rule)
-        table = case_weight_table(list(scores.index), errors, upweight)
-        table["score"] = table["case"].map(scores).round(3)
+        table, errors = jtt_table(fit, fraction, rule, upweight)
         self.arm_folder(JTT_ARM).mkdir(parents=True, exist_ok=True)
         write_text_atomic(table_path, table.to_csv(sep="\t", index=False))
         self.echo(f"  {JTT_ARM}: error set of the {BASELINE_ARM} network on its training cases ({rule}, worst "

@@ -522,6 +522,12 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             return (f"DRO guard: learned structure lost at epoch {event.epoch}: {what}; back-off {event.backoffs}: "
                     f"uniform sampling (ERM) from epoch {event.epoch + 1} until it is back to "
                     f"{float(self.dro_guard_recover):g} of its best")
+        if getattr(self.case_weighting, "held_uniform", False):
+            # recovered inside the ERM phase: sampling stays uniform; saying "robust weighting again"
+            # would misread the log of a run that has not left its ERM phase yet
+            return (f"DRO guard: recovered at epoch {event.epoch}: {what}; still in the ERM phase (uniform "
+                    f"until every structure's pseudo-Dice >= {float(self.dro_uniform_until_learned):g}), "
+                    f"robust weighting then with f = {fraction:g}")
         return (f"DRO guard: recovered at epoch {event.epoch}: {what}; robust weighting again from epoch "
                 f"{event.epoch + 1} with f = {fraction:g}")
 

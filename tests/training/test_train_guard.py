@@ -84,3 +84,23 @@ def test_guard_stays_quiet_when_nothing_is_lost(label_dataset, test_trainer_dir)
     log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
     assert "learned structure lost" not in log
     assert "DRO guard: 0 back-off(s) to uniform sampling, 0 of 3 epochs sampled uniformly" in log
+
+
+def test_guard_inside_the_erm_phase_leaves_sampling_uniform(label_dataset, test_trainer_dir):
+    """A structure lost and recovered before the ERM phase ends: the log must not announce robust
+    weighting, and every epoch is sampled uniformly."""
+    ds = label_dataset
+    trainer = "nnUNetTrainerDROAdaptive_guardInErmPhase_e2eTest"
+    folder = fold_folder(ds, trainer)
+    env = guard_env(ds, test_trainer_dir, num_epochs=3)
+    env["DRO_TEST_FORCED_DICE"] = "0.9;0.0;0.9"
+    shutil.rmtree(folder, ignore_errors=True)
+    train(ds, env, trainer=trainer)
+    state = load(folder / "checkpoint_final.pth")["dro_state"]
+    assert state["history"]["backed_off"] == [False, False, True]
+    assert state["history"]["beta"] == pytest.approx([UNIFORM_BETA] * 3)
+    log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
+    assert "DRO guard: learned structure lost at epoch 1" in log
+    assert ("DRO guard: recovered at epoch 2: sphere (pseudo-Dice 0.900, best 0.900); still in the ERM phase "
+            "(uniform until every structure's pseudo-Dice >= 0.95), robust weighting then with f = 0.5") in log
+    assert "robust weighting again" not in log

@@ -72,6 +72,12 @@ class nnUNetTrainerDROAdaptive_guard_e2eTest(TestSize, nnUNetTrainerDROAdaptive_
         logged[-1] = [script[min(self.current_epoch, len(script) - 1)]] * len(logged[-1])
 
 
+class nnUNetTrainerDROAdaptive_guardInErmPhase_e2eTest(nnUNetTrainerDROAdaptive_guard_e2eTest):
+    """The scripted pseudo-Dice of the guard test inside an ERM phase that never ends (no scripted
+    value reaches 0.95): a back-off and a recovery that must leave the sampling uniform."""
+    dro_uniform_until_learned = 0.95
+
+
 class nnUNetTrainerDROAdaptive_untilLearned_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
     """The default's ERM phase, ended by any finite pseudo-Dice: released after epoch 0."""
     dro_uniform_until_learned = 0.0

@@ -142,8 +142,11 @@ def test_evidence_64_case_larger_test_rows_are_the_records():
 
     rows = table_rows(EVIDENCE.read_text().splitlines(), "| 64-case cohort, 120 epochs |")
 
+    tables = {(seed, arm): pd.read_csv(STABILITY64 / "runs" / f"seed_{seed}" / "arms" / arm / "per_case_large_test.csv")
+              for seed in range(4) for arm in ("ERM", "DROAdaptive")}
+
     def statistic(seed, arm, group, region, stat):
-        table = pd.read_csv(STABILITY64 / "runs" / f"seed_{seed}" / "arms" / arm / "per_case_large_test.csv")
+        table = tables[(seed, arm)]
         values = table[(table.metric == "dice") & (table.condition == group) & (table.region == region)].value
         return summarize(values, [10])[stat]
 

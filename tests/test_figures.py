@@ -19,7 +19,7 @@ EVIDENCE_ROWS = {
     "Adaptive_f50_noIS_cap5": "`_fromStart` (the default until November 27, 2026) - ERM",
     "GroupBalanced": "balanced sampling (knows the groups) - ERM, 2 seeds",
     "Adaptive_f25_noIS_cap5": "f = 0.25 with the cap - ERM, 2 seeds",
-    "DROAdaptive_untilLearned": "default `nnUNetTrainerDROAdaptive` (ERM phase, then `_fromStart`) - ERM, 1 seed",
+    "DROAdaptive_untilLearned": "default `nnUNetTrainerDROAdaptive` (ERM phase, then `_fromStart`) - ERM, 3 seeds",
 }
 COLUMNS = ["spina_bifida cerebellum p10", "other intra_axial_csf p10", "control white_matter mean",
            "control intra_axial_csf mean", "control cerebellum mean"]

@@ -28,6 +28,6 @@ setup(
         "matplotlib",
         "scikit-learn",
     ],
-    extras_require={"test": ["pytest", "pytest-timeout", "hypothesis"]},
+    extras_require={"test": ["pytest", "pytest-timeout", "pytest-xdist", "hypothesis"]},
     entry_points={"console_scripts": ["nnunet_dro = nnunet_dro.cli:main"]},
 )

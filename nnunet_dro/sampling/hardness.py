@@ -14,7 +14,10 @@ the rebuilds are rare. Probabilities returned by :meth:`probabilities` are compu
 A loss ceiling (``set_beta(beta, ceiling)``, used by capped schemes such as
 :class:`~nnunet_dro.weighting.AdaptiveHardnessWeighting` with ``max_weight``) makes every weight
 ``exp(beta * (min(L_i, ceiling) - c))``: the cases above it share the same, largest probability.
-Without one (``inf``, the default) this is exactly Algorithm 1.
+Without one (``inf``, the default) this is exactly Algorithm 1. An outlier trim
+(``set_beta(beta, ceiling, trim=(above, to))``, :func:`~nnunet_dro.sampling.temperature.outlier_trim`)
+counts every loss above ``above`` as ``to``: the leaf weight is ``exp(beta * (g(L_i) - c))`` with
+``g`` = :func:`~nnunet_dro.sampling.temperature.effective_losses`.
 
 How it is shared: see :mod:`nnunet_dro.sampling.storage`. Writers (the owner's ``update``) bracket
 their writes with a sequence counter (a seqlock); readers in other processes retry a draw that
@@ -34,9 +37,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.sampling.distributions import (chi2_dro_probabilities, clip_log_weights, effective_sample_size,
                                                entropy, hardest)
-from nnunet_dro.sampling.storage import (BETA, CEILING, CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, WARMUP,
-                                         SamplerStorage)
-from nnunet_dro.sampling.temperature import capped_softmax
+from nnunet_dro.sampling.storage import (BETA, CEILING, CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, TRIM_ABOVE,
+                                         TRIM_TO, WARMUP, SamplerStorage)
+from nnunet_dro.sampling.temperature import NO_TRIM, capped_softmax, effective_losses
 
 # Re-centre when beta * (L - c) would exceed this (exp(300) ~ 2e130: sums of 1e7 of them stay
 # finite) or when the total weight falls below exp(-RECENTRE_EXPONENT) (underflow ahead).
@@ -113,6 +116,7 @@ class HardnessWeightedSampler:
         self._storage = SamplerStorage(num_cases, shared=shared)
         self._storage.header_float[BETA] = float(beta)
         self._storage.header_float[CEILING] = math.inf
+        self._storage.header_float[TRIM_ABOVE], self._storage.header_float[TRIM_TO] = NO_TRIM
         self._rng = np.random.default_rng(seed)
         self._rng_pid = os.getpid()
         self._storage.losses[:] = self._initial_losses(init_loss)
@@ -137,13 +141,15 @@ class HardnessWeightedSampler:
     # Internal node k (1 <= k < n) has children 2k and 2k+1; a child j >= n is the leaf of
     # volume j - n, whose weight exp(beta * (L - c)) is computed from L instead of stored. This
     # is a full binary tree for any n, and keeps the state at 24 bytes per volume.
-    def _rebuild(self, beta: float | None = None, ceiling: float | None = None) -> None:
-        """O(n): re-centre ``c`` on max(min(L, ceiling)) and recompute every internal node (for a
-        new beta or ceiling)."""
+    def _rebuild(self, beta: float | None = None, ceiling: float | None = None,
+                 trim: tuple[float, float] | None = None) -> None:
+        """O(n): re-centre ``c`` on max(g(L)) and recompute every internal node (for a new beta,
+        ceiling or outlier trim)."""
         st, n = self._storage, self.num_cases
         beta = self.beta if beta is None else float(beta)
         ceiling = self.ceiling if ceiling is None else float(ceiling)
-        capped = np.minimum(st.losses, ceiling)
+        trim = self.trim if trim is None else (float(trim[0]), float(trim[1]))
+        capped = effective_losses(st.losses, ceiling, trim)
         centre = float(capped.max())
         full = np.empty(2 * n, dtype=np.float64)
         full[n:] = np.exp(beta * (capped - centre))
@@ -157,6 +163,7 @@ class HardnessWeightedSampler:
         st.header_float[CENTRE] = centre
         st.header_float[BETA] = beta
         st.header_float[CEILING] = ceiling
+        st.header_float[TRIM_ABOVE], st.header_float[TRIM_TO] = trim
         st.tree[1:] = full[1:n]
         st.tree[0] = 0.0
         self._end_write()
@@ -198,13 +205,18 @@ class HardnessWeightedSampler:
                 time.sleep(0)  # the owner is writing: let it finish
                 continue
             centre, total, beta, ceiling = fheader[CENTRE], tree[1], fheader[BETA], fheader[CEILING]
+            trim_above, trim_to = fheader[TRIM_ABOVE], fheader[TRIM_TO]
             drawn = []
             for r in rng.random(batch_size).tolist():
                 # descend from the root, going left with probability w_left / w_node
                 u, k = r * total, 1
                 while k < n:
                     k += k
-                    w_left = tree[k] if k < n else exp(min(_MAX_EXPONENT, beta * (min(losses[k - n], ceiling) - centre)))
+                    if k < n:
+                        w_left = tree[k]
+                    else:
+                        x = losses[k - n]
+                        w_left = exp(min(_MAX_EXPONENT, beta * (min(trim_to if x > trim_above else x, ceiling) - centre)))
                     if u >= w_left:
                         u -= w_left
                         k += 1
@@ -231,21 +243,31 @@ class HardnessWeightedSampler:
         """The loss ceiling in force (``inf``: none): ``p = softmax(beta * min(L, ceiling))``."""
         return float(self._storage.header_float[CEILING])
 
-    def set_beta(self, beta: float, ceiling: float | None = None) -> None:
-        """Change beta, and the loss ceiling unless ``ceiling`` is None (an O(n) rebuild of the sum
-        tree; a no-op if nothing changes). Draws in other processes see the new values at once; a
-        draw that overlapped the change is redone."""
+    @property
+    def trim(self) -> tuple[float, float]:
+        """The outlier trim in force, ``(above, to)``: a loss above ``above`` counts as ``to`` in p
+        (:data:`~nnunet_dro.sampling.temperature.NO_TRIM`: none)."""
+        header = self._storage.header_float
+        return float(header[TRIM_ABOVE]), float(header[TRIM_TO])
+
+    def set_beta(self, beta: float, ceiling: float | None = None, trim: tuple[float, float] | None = None) -> None:
+        """Change beta, and the loss ceiling and the outlier trim unless they are None (an O(n)
+        rebuild of the sum tree; a no-op if nothing changes). Draws in other processes see the new
+        values at once; a draw that overlapped the change is redone."""
         beta = float(beta)
         if not (math.isfinite(beta) and beta > 0):
             raise ValueError(f"beta must be a finite positive number, got {beta}")
         ceiling = self.ceiling if ceiling is None else float(ceiling)
         if math.isnan(ceiling):
             raise ValueError("the loss ceiling must be a number or inf, got nan")
-        if ceiling != math.inf and self.divergence != "kl":
-            raise ValueError("a loss ceiling applies to the KL divergence only")
-        if beta == self.beta and ceiling == self.ceiling:
+        trim = self.trim if trim is None else (float(trim[0]), float(trim[1]))
+        if math.isnan(trim[0]) or not math.isfinite(trim[1]):
+            raise ValueError(f"an outlier trim must be (a number or inf, a finite number), got {trim}")
+        if (ceiling != math.inf or trim != NO_TRIM) and self.divergence != "kl":
+            raise ValueError("a loss ceiling or outlier trim applies to the KL divergence only")
+        if beta == self.beta and ceiling == self.ceiling and trim == self.trim:
             return
-        self._rebuild(beta, ceiling)
+        self._rebuild(beta, ceiling, trim)
 
     @property
     def in_warmup(self) -> bool:
@@ -269,15 +291,16 @@ class HardnessWeightedSampler:
         """Log of the unclipped importance ratio ``p_new / p_old`` of each drawn volume, against the
         stale losses (NaN/inf pass through: callers decide what a non-finite loss weighs).
 
-        KL: ``beta * (l - L_i)``, both losses clipped at the loss ceiling. Chi-square (always at
+        KL: ``beta * (g(l) - g(L_i))``, both losses clipped at the loss ceiling (and an outlier's
+        counted as the trim's value, :func:`~nnunet_dro.sampling.temperature.effective_losses`). Chi-square (always at
         the sampler's own beta): ``log((1 + beta (l - lam)) / (1 + beta (L_i - lam)))``; ``+inf``
         for a volume outside the active set (``p_old = 0``), ``-inf`` for a fresh loss below it.
         """
         if self.divergence == "chi2":
             return self._chi2_log_ratios(idx, fresh)
-        ceiling = self.ceiling
+        ceiling, trim = self.ceiling, self.trim
         with np.errstate(invalid="ignore", over="ignore"):
-            return beta * (np.minimum(fresh, ceiling) - np.minimum(self._storage.losses[idx], ceiling))
+            return beta * (effective_losses(fresh, ceiling, trim) - effective_losses(self._storage.losses[idx], ceiling, trim))
 
     def _chi2_log_ratios(self, idx: NDArray[np.int64], fresh: NDArray[np.float64]) -> NDArray[np.float64]:
         losses = np.array(self._storage.losses)
@@ -316,16 +339,18 @@ class HardnessWeightedSampler:
         centre = st.mv_centre_view[CENTRE]
         n, beta, exp = self.num_cases, st.mv_centre_view[BETA], math.exp
         ceiling = st.mv_centre_view[CEILING]
+        trim_above, trim_to = st.mv_centre_view[TRIM_ABOVE], st.mv_centre_view[TRIM_TO]
         header[SEQUENCE] += 1  # seqlock: odd while writing
         highest = -math.inf
         for i, values in fresh_by_volume.items():
             mean = values[0] if len(values) == 1 else math.fsum(values) / len(values)
             losses[i] = mean
             counts[i] += len(values)
-            if mean > highest:
-                highest = mean
+            counted = min(trim_to if mean > trim_above else mean, ceiling)
+            if counted > highest:
+                highest = counted
         header[NUM_UPDATES] += 1
-        recentre = beta * (min(highest, ceiling) - centre) > RECENTRE_EXPONENT
+        recentre = beta * (highest - centre) > RECENTRE_EXPONENT
         if not recentre and n > 1:
             for leaf in fresh_by_volume:
                 # recompute the internal nodes on the path from the leaf to the root (sums of
@@ -333,9 +358,17 @@ class HardnessWeightedSampler:
                 k = (leaf + n) >> 1
                 while k:
                     a = k + k
-                    wa = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (min(losses[a - n], ceiling) - centre)))
+                    if a < n:
+                        wa = tree[a]
+                    else:
+                        x = losses[a - n]
+                        wa = exp(min(_MAX_EXPONENT, beta * (min(trim_to if x > trim_above else x, ceiling) - centre)))
                     a += 1
-                    wb = tree[a] if a < n else exp(min(_MAX_EXPONENT, beta * (min(losses[a - n], ceiling) - centre)))
+                    if a < n:
+                        wb = tree[a]
+                    else:
+                        x = losses[a - n]
+                        wb = exp(min(_MAX_EXPONENT, beta * (min(trim_to if x > trim_above else x, ceiling) - centre)))
                     tree[k] = wa + wb
                     k >>= 1
             recentre = not (tree[1] > _MIN_TOTAL)
@@ -366,10 +399,11 @@ class HardnessWeightedSampler:
     def probabilities(self) -> NDArray[np.float64]:
         """The hardness distribution, exact in float64 (O(n)): ``softmax(beta * L)`` for KL,
         the clipped linear rule for chi2. (During a warm-up, draws are uniform instead.) With a
-        loss ceiling: ``softmax(beta * min(L, ceiling))``."""
+        loss ceiling: ``softmax(beta * min(L, ceiling))``; with an outlier trim, of the losses the
+        trim counts (:func:`~nnunet_dro.sampling.temperature.effective_losses`)."""
         if self.divergence == "chi2":
             return chi2_dro_probabilities(self.losses, self.beta)
-        return capped_softmax(self.losses, self.beta, self.ceiling)
+        return capped_softmax(self.losses, self.beta, self.ceiling, self.trim)
 
     @property
     def losses(self) -> NDArray[np.float64]:
@@ -392,7 +426,7 @@ class HardnessWeightedSampler:
 
     @property
     def state_nbytes(self) -> int:
-        """Bytes of sampler state (24 per volume plus a 64-byte header)."""
+        """Bytes of sampler state (24 per volume plus an 80-byte header)."""
         return self._storage.nbytes
 
     def stats(self, k: int = 5) -> dict[str, Any]:
@@ -420,6 +454,7 @@ class HardnessWeightedSampler:
             "num_cases": self.num_cases,
             "beta": self.beta,
             "ceiling": self.ceiling,
+            "trim": self.trim,
             "importance_sampling": self.importance_sampling,
             "clip": tuple(self.clip),
             "losses": np.array(st.losses),
@@ -489,6 +524,7 @@ class HardnessWeightedSampler:
             self._storage = SamplerStorage(self.num_cases)
             self._storage.header_float[BETA] = beta
             self._storage.header_float[CEILING] = float(data["state"].get("ceiling", math.inf))
+            self._storage.header_float[TRIM_ABOVE], self._storage.header_float[TRIM_TO] = data["state"].get("trim", NO_TRIM)
             self.load_state_dict(data["state"])
 
     @property
@@ -507,6 +543,8 @@ class HardnessWeightedSampler:
 
     def __repr__(self) -> str:
         ceiling = "" if self.ceiling == math.inf else f", ceiling={self.ceiling:g}"
+        if self.trim != NO_TRIM:
+            ceiling += f", trim=({self.trim[0]:g}, {self.trim[1]:g})"
         return (f"{type(self).__name__}(num_cases={self.num_cases}, beta={self.beta}{ceiling}, "
                 f"importance_sampling={self.importance_sampling}, clip={self.clip}, "
                 f"divergence={self.divergence!r}, shared={self.shared})")

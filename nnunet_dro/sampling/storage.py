@@ -40,7 +40,9 @@ NUM_UPDATES = 3   # int64: update() calls applied
 WARMUP = 4        # int64: 1 while the uniform warm-up pass is filling the stale losses
 BETA = 5          # float64: the inverse temperature in force (adaptive schemes change it)
 CEILING = 6       # float64: losses above it count as it in p (inf: none; capped schemes set it)
-HEADER_SLOTS = 8
+TRIM_ABOVE = 7    # float64: losses above it count as TRIM_TO in p (inf: none; outlier-trimming schemes set it)
+TRIM_TO = 8       # float64: the loss a trimmed case counts as (its weight is then the uniform one)
+HEADER_SLOTS = 10
 
 #: Every shared block of ours is named ``nnunet_dro_<owner pid>_<8 hex digits>``.
 SEGMENT_PREFIX = "nnunet_dro_"

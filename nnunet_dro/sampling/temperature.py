@@ -184,9 +184,83 @@ def _ceiling_of_sorted(x: NDArray[np.float64], beta: float, max_weight: float) -
     return float(x[0] + z_tau[hits[0]] / beta)
 
 
-def capped_softmax(losses: ArrayLike, beta: float, ceiling: float) -> NDArray[np.float64]:
-    """``softmax(beta * min(L, ceiling))`` (the plain softmax for ``ceiling = inf``)."""
-    return kl_dro_probabilities(np.minimum(np.asarray(losses, dtype=np.float64), ceiling), beta)
+#: no outlier trim: ``(trim_above, trim_to)`` with nothing above ``inf``
+NO_TRIM = (math.inf, 0.0)
+
+
+def effective_losses(losses: ArrayLike, ceiling: float = math.inf,
+                     trim: tuple[float, float] = NO_TRIM) -> NDArray[np.float64]:
+    """The losses the hardness distribution is a softmax of: ``min(L, ceiling)``, except that a loss
+    above ``trim[0]`` counts as ``trim[1]`` (an outlier left out of the hardness distribution,
+    see :func:`outlier_trim`).
+
+    >>> effective_losses([0.1, 0.5, 0.9], ceiling=0.6).tolist()
+    [0.1, 0.5, 0.6]
+    >>> effective_losses([0.1, 0.5, 0.9], trim=(0.5, 0.3)).tolist()
+    [0.1, 0.5, 0.3]
+    """
+    x = np.asarray(losses, dtype=np.float64)
+    if trim[0] != math.inf:
+        x = np.where(x > trim[0], trim[1], x)
+    return np.minimum(x, ceiling)
+
+
+def capped_softmax(losses: ArrayLike, beta: float, ceiling: float,
+                   trim: tuple[float, float] = NO_TRIM) -> NDArray[np.float64]:
+    """``softmax(beta * min(L, ceiling))`` (the plain softmax for ``ceiling = inf``), with the
+    losses above ``trim[0]`` counted as ``trim[1]``."""
+    return kl_dro_probabilities(effective_losses(losses, ceiling, trim), beta)
+
+
+def trim_count(num_cases: int, trim_fraction: float) -> int:
+    """How many of ``num_cases`` an outlier trim of ``trim_fraction`` leaves out: the fraction
+    rounded up, and never every case (0 for ``trim_fraction = 0``).
+
+    >>> trim_count(177, 0.05), trim_count(40, 0.05), trim_count(1, 0.05), trim_count(40, 0.0)
+    (9, 2, 0, 0)
+    """
+    if not (0.0 <= trim_fraction < 1.0):
+        raise ValueError(f"trim_fraction must lie in [0, 1), got {trim_fraction}")
+    return min(math.ceil(trim_fraction * num_cases - 1e-9), num_cases - 1) if trim_fraction > 0 else 0
+
+
+def outlier_trim(losses: ArrayLike, count: int, beta: float, ceiling: float = math.inf) -> tuple[float, float]:
+    """``(trim_above, trim_to)`` that leave the ``count`` largest losses out of the hardness
+    distribution (the idea of DORO, Zhai et al., "DORO: Distributional and Outlier Robust
+    Optimization", ICML 2021, arXiv:2106.06142, which drops the top fraction of losses from the DRO
+    objective).
+
+    A wrongly labelled case keeps a high loss however well the network learns, so a softmax over
+    stale losses would draw it at the cap for the whole training. Here each of the ``count``
+    hardest cases is drawn at the uniform rate ``1 / n`` instead (neither chased nor dropped: it
+    still takes part in training as under ERM), and the other cases share the remaining
+    ``(n - count) / n`` as ``softmax(beta * min(L, ceiling))`` among themselves. ``trim_above`` is
+    the largest loss kept; ``trim_to`` is the loss whose weight is the mean weight of the kept cases,
+    ``log(mean(exp(beta * min(L_kept, ceiling)))) / beta``, which gives a trimmed case exactly ``1 / n``.
+
+    >>> losses = [0.1, 0.2, 0.3, 5.0]
+    >>> trim = outlier_trim(losses, 1, beta=10.0)
+    >>> trim[0]
+    0.3
+    >>> p = capped_softmax(losses, 10.0, math.inf, trim); round(float(p[3]), 12)
+    0.25
+    >>> outlier_trim(losses, 0, beta=10.0) == NO_TRIM
+    True
+    """
+    x = np.asarray(losses, dtype=np.float64).reshape(-1)
+    count = int(count)
+    if count <= 0:
+        return NO_TRIM
+    if count >= x.size:
+        raise ValueError(f"cannot trim {count} of {x.size} cases: at least one must stay")
+    if not (math.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta must be a finite positive number, got {beta}")
+    kept = np.partition(x, x.size - count - 1)[: x.size - count]
+    above = float(kept.max())
+    z = beta * np.minimum(kept, ceiling)
+    top = float(z.max())
+    to = (top + math.log(float(np.mean(np.exp(z - top))))) / beta
+    return above, min(to, above)
 
 
 def solve_capped_beta_for_perplexity(losses: ArrayLike, fraction: float, beta_max: float,

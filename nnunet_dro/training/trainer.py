@@ -215,6 +215,10 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
       below 0.05 until every lost structure is back to ``dro_guard_recover`` (0.5) of its best;
       with ``dro_guard_escalate``, each back-off after the first returns with ``f`` halfway closer
       to 1. Every decision is logged (``DRO guard: ...``) and shaded in ``dro_progress.png``.
+    - ``dro_trim_fraction`` (adaptive scheme only): the hardest ``ceil(fraction * n)`` cases by
+      stale loss leave the hardness distribution and are drawn at the uniform rate (an outlier
+      trim after DORO: a wrongly labelled case is not chased); 0 (the default): none. Which cases
+      are trimmed is logged every epoch (``DRO: trimmed ...``).
     - ``dro_loss_smoothing``: ``L_i <- L_i + s (l_i - L_i)``; 1 replaces (the paper).
     - ``dro_init_loss``: ``L_init`` (None: 100, above any per-case Dice + CE of nnU-Net, so every
       case is drawn once before hardness takes over).
@@ -230,6 +234,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     dro_max_weight: Optional[float] = None
     dro_uniform_until: float = 0.0
     dro_uniform_until_learned: Optional[float] = None
+    dro_trim_fraction: float = 0.0
     dro_guard: bool = False
     dro_guard_recover: float = RECOVER
     dro_guard_escalate: bool = True
@@ -302,17 +307,19 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             return AdaptiveHardnessWeighting(num_cases, fraction=self.dro_fraction, beta_max=self.dro_beta_max,
                                              rule=self.dro_beta_rule, kappa=self.dro_kappa,
                                              uniform_until=self.dro_uniform_until, max_weight=self.dro_max_weight,
-                                             hold_uniform=self.dro_uniform_until_learned is not None, **common)
+                                             hold_uniform=self.dro_uniform_until_learned is not None,
+                                             trim_fraction=self.dro_trim_fraction, **common)
         return KLReweighting(num_cases, schedule=self.reweight_schedule, momentum=self.reweight_momentum,
                              clip=self.reweight_clip, seed=seed)
 
     def _check_erm_phase_attributes(self, scheme: str) -> None:
-        """The ERM phase (``dro_uniform_until``, ``dro_uniform_until_learned``) belongs to the adaptive
-        scheme: set on another scheme it would be silently ignored, so a subclass that sets it there
-        is told at start rather than trained as something it did not ask for."""
+        """The ERM phase (``dro_uniform_until``, ``dro_uniform_until_learned``), the guard and the
+        outlier trim belong to the adaptive scheme: set on another scheme they would be silently
+        ignored, so a subclass that sets one there is told at start rather than trained as something
+        it did not ask for."""
         if scheme == "kl_adaptive":
             return
-        for name in ("dro_uniform_until", "dro_uniform_until_learned", "dro_guard"):
+        for name in ("dro_uniform_until", "dro_uniform_until_learned", "dro_guard", "dro_trim_fraction"):
             value = getattr(self, name)
             if value != getattr(nnUNetTrainerCaseWeighting, name):  # the class default is "off"
                 raise RuntimeError(f"{type(self).__name__}.{name} = {value!r} only acts with dro_scheme "
@@ -447,6 +454,9 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             f"robust loss {stats['robust_loss']:.4f}, mean stale loss {stats['mean_stale_loss']:.4f}"
             + (f", skipped non-finite losses {stats['num_skipped']}" if stats['num_skipped'] else ""))
         self.print_to_log_file("DRO: hardest cases: " + ", ".join(f"{c} ({v:.4f})" for c, v in hardest))
+        if stats.get("trimmed_cases"):
+            self.print_to_log_file("DRO: trimmed (left out of the hardness distribution, drawn at the uniform rate): "
+                                   + ", ".join(self.dro_case_ids[i] for i in stats["trimmed_cases"]))
         if stats.get("group_draws") is not None:
             q = stats.get("group_weights") or {}
             self.print_to_log_file("DRO: draws per group this epoch: " + ", ".join(

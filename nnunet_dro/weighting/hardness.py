@@ -18,8 +18,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.sampling.distributions import chi2_dro_objective, entropy, kl_dro_objective
 from nnunet_dro.sampling.hardness import HardnessWeightedSampler
-from nnunet_dro.sampling.temperature import (beta_from_spread, check_max_weight, loss_ceiling,
-                                             solve_beta_for_perplexity, solve_capped_beta_for_perplexity)
+from nnunet_dro.sampling.temperature import (NO_TRIM, beta_from_spread, check_max_weight, loss_ceiling, outlier_trim,
+                                             solve_beta_for_perplexity, solve_capped_beta_for_perplexity,
+                                             trim_count)
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights, check_batch, draw_betas
 
 STATE_VERSION = 2
@@ -206,6 +207,15 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
     Importance weights use the beta each case was drawn with (``draw_beta``) and the ceiling in
     force when they are computed.
 
+    ``trim_fraction`` (default 0: none): an outlier trim in the spirit of DORO (Zhai et al., ICML
+    2021). The hardest ``ceil(trim_fraction * n)`` cases by stale loss leave the hardness
+    distribution and are drawn at the uniform rate ``1 / n``; beta, the ceiling and the perplexity
+    constraint are solved over the other cases, which share the rest
+    (:func:`~nnunet_dro.sampling.temperature.outlier_trim`). Why: a case with a wrong label keeps
+    the highest loss however well the network learns, and without the trim it is drawn at the cap
+    for the rest of training. The price: a genuinely hard case that is among the hardest few is
+    drawn as under ERM, not more.
+
     ``uniform_until`` (a fraction of training, via :meth:`set_progress`): before it, the constraint
     is ``fraction = 1`` (uniform sampling, weights 1: ERM, while the stale losses keep being
     refreshed); from it on, ``fraction``. Robust weighting then starts from a network that has
@@ -235,7 +245,7 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
                  seed: int | None = None, shared: bool = False, warmup: bool = False,
                  loss_smoothing: float = 1.0, rule: str = "perplexity", kappa: float = 1.0,
                  adapt_every: int | None = None, uniform_until: float = 0.0, max_weight: float | None = None,
-                 hold_uniform: bool = False):
+                 hold_uniform: bool = False, trim_fraction: float = 0.0):
         if rule not in self.RULES:
             raise ValueError(f"rule must be one of {self.RULES}, got {rule!r}")
         if not (0.0 < fraction <= 1.0):
@@ -247,6 +257,8 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         if max_weight is not None:
             check_max_weight(max_weight)
         self.max_weight = None if max_weight is None else float(max_weight)
+        self.trim_fraction = float(trim_fraction)
+        self.trimmed = trim_count(num_cases, self.trim_fraction)  # validates the fraction
         self.fraction, self.beta_max, self.rule, self.kappa = float(fraction), float(beta_max), rule, float(kappa)
         self.uniform_until = float(uniform_until)
         self.held_uniform = bool(hold_uniform)
@@ -284,7 +296,11 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         return changed
 
     def epoch_stats(self, k: int = 5) -> dict[str, Any]:
-        return {**super().epoch_stats(k), "backed_off": self.backed_off, "fraction": self.fraction}
+        stats = {**super().epoch_stats(k), "backed_off": self.backed_off, "fraction": self.fraction}
+        if self.trimmed:
+            above = self.sampler.trim[0]
+            stats["trimmed_cases"] = [int(i) for i in np.flatnonzero(np.asarray(self.losses) > above)]
+        return stats
 
     def release(self) -> None:
         """End the ``hold_uniform`` phase (robust weighting from the next draw on); idempotent."""
@@ -318,10 +334,21 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
             beta = solve_beta_for_perplexity(losses, self.fraction, self.beta_max)
         return max(beta, UNIFORM_BETA), ceiling
 
+    def solve_distribution(self, losses: ArrayLike) -> tuple[float, float, tuple[float, float]]:
+        """``(beta, loss ceiling, outlier trim)`` for these stale losses: with ``trim_fraction``,
+        beta and the ceiling are solved over the cases the trim keeps."""
+        x = np.asarray(losses, dtype=np.float64).reshape(-1)
+        if not self.trimmed or self.in_uniform_phase:
+            return (*self.solve_temperature(x), NO_TRIM)
+        kept = np.partition(x, x.size - self.trimmed - 1)[: x.size - self.trimmed]
+        beta, ceiling = self.solve_temperature(kept)
+        return beta, ceiling, outlier_trim(x, self.trimmed, beta, ceiling)
+
     def resolve_beta(self) -> float:
-        """Solve beta (and the ceiling) for the current stale losses and put them in force (O(n))."""
-        beta, ceiling = self.solve_temperature(self.sampler.losses)
-        self.sampler.set_beta(beta, ceiling)
+        """Solve beta (the ceiling, the outlier trim) for the current stale losses and put them in
+        force (O(n))."""
+        beta, ceiling, trim = self.solve_distribution(self.sampler.losses)
+        self.sampler.set_beta(beta, ceiling, trim)
         self._updates_since_solve = 0
         return beta
 
@@ -336,6 +363,9 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
                                                     f"beta <= {self.beta_max:g})"
         if self.max_weight is not None:
             text += f"; no case above {self.max_weight:g} / n of the probability"
+        if self.trimmed:
+            text += (f"; the {self.trimmed} hardest case(s) ({100 * self.trim_fraction:g}%) left out of the hardness "
+                     "distribution, drawn at the uniform rate")
         if self.uniform_until > 0:
             text += f"; uniform sampling (ERM) for the first {100 * self.uniform_until:g}% of training"
         if self.held_uniform:
@@ -346,8 +376,8 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
 
     def robust_loss(self) -> float:
         """``<q, L> - KL(q || uniform) / beta`` for the distribution in force (the closed form
-        ``log(mean(exp(beta L))) / beta`` when no ceiling binds)."""
-        if self.sampler.ceiling == math.inf:
+        ``log(mean(exp(beta L))) / beta`` when no ceiling or trim binds)."""
+        if self.sampler.ceiling == math.inf and self.sampler.trim == NO_TRIM:
             return super().robust_loss()
         q = self.probabilities()
         kl = math.log(q.size) - entropy(q)  # KL(q || uniform)
@@ -355,6 +385,7 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "adaptive_beta": self.current_beta, "loss_ceiling": self.sampler.ceiling,
+                "outlier_trim": list(self.sampler.trim),
                 "updates_since_solve": self._updates_since_solve, "held_uniform": self.held_uniform,
                 "backed_off": self.backed_off, "fraction": self.fraction}
 
@@ -369,8 +400,10 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
         self.fraction = float(state.get("fraction", self.fraction))
         beta = state.get("adaptive_beta")
         ceiling = float(state.get("loss_ceiling", math.inf))
+        trim = tuple(float(v) for v in state.get("outlier_trim", NO_TRIM))
         if beta is not None and math.isfinite(beta) and beta > 0 and not math.isnan(ceiling):
-            self.sampler.set_beta(float(beta), ceiling if self.max_weight is not None else math.inf)
+            self.sampler.set_beta(float(beta), ceiling if self.max_weight is not None else math.inf,
+                                  trim if self.trimmed else NO_TRIM)
             self._updates_since_solve = int(state.get("updates_since_solve", 0))
         else:
             self.resolve_beta()

@@ -236,7 +236,7 @@ def test_invalid_updates(idx, losses, error):
 
 def test_memory_is_at_most_24_bytes_per_volume():
     with HardnessWeightedSampler(100_000) as s:
-        assert s.state_nbytes <= 24 * 100_000 + 64
+        assert s.state_nbytes <= 24 * 100_000 + 80
 
 
 def test_stats_report_entropy_ess_and_hardest():

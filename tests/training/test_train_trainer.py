@@ -240,7 +240,12 @@ class _Chi2UntilLearned(nnUNetTrainerDRO):
     dro_uniform_until_learned = 0.0  # 0.0 is "on" (any pseudo-Dice counts), not "off"
 
 
+class _FixedBetaTrimmed(nnUNetTrainerDRO):
+    dro_trim_fraction = 0.05
+
+
 @pytest.mark.parametrize("cls, attribute, scheme", [
+    (_FixedBetaTrimmed, "dro_trim_fraction", "kl"),
     (_FixedBetaWithWarmFraction, "dro_uniform_until", "kl"),
     (_FixedBetaUntilLearned, "dro_uniform_until_learned", "kl"),
     (_Chi2UntilLearned, "dro_uniform_until_learned", "chi2"),
@@ -252,6 +257,29 @@ def test_erm_phase_attributes_on_a_non_adaptive_scheme_stop_the_start(label_data
     with pytest.raises(RuntimeError, match=rf"^{cls.__name__}\.{attribute} = .* only acts with dro_scheme "
                                            rf"'kl_adaptive', not '{scheme}'; [^\n]*$"):
         make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=cls)
+
+
+class _TrimmedForFewCases(nnUNetTrainerDROAdaptive):
+    dro_max_weight = None  # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
+    dro_trim_fraction = 0.2
+
+
+def test_trimmed_cases_are_drawn_at_the_uniform_rate_and_logged(label_dataset, monkeypatch):
+    """With the outlier trim, once robust weighting starts the hardest case is drawn at 1 / n and the
+    epoch's log names it."""
+    trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=_TrimmedForFewCases)
+    try:
+        w = trainer.case_weighting
+        n = w.num_cases
+        w.update(np.arange(n), np.linspace(0.1, 2.0, n))
+        w.release()  # the ERM phase over, as after every structure is learned
+        assert w.probabilities()[n - 1] == pytest.approx(1.0 / n)
+        trainer._record_and_log_dro_statistics()
+        with open(trainer.log_file) as f:
+            lines = [line for line in f if "DRO: trimmed" in line]
+        assert len(lines) == 1 and lines[0].rstrip().endswith(trainer.dro_case_ids[n - 1])
+    finally:
+        trainer._close_case_weighting()
 
 
 def test_progress_png_is_paced_after_epochs_and_drawn_at_the_end(label_dataset, monkeypatch):

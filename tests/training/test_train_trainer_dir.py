@@ -103,7 +103,10 @@ ADAPTIVE_VARIANTS = {
     "nnUNetTrainerDROAdaptive_warm50_noIS": (0.5, False, None, "perplexity", 0.5, 1.0, None),
     "nnUNetTrainerDROAdaptive_kappa1": (0.5, False, None, "spread", 0.0, 1.0, None),
     "nnUNetTrainerDROAdaptive_noGuard": (0.5, False, 5.0, "perplexity", 0.0, 1.0, None),
+    "nnUNetTrainerDROAdaptive_trim5": (0.5, False, 5.0, "perplexity", 0.0, 1.0, 0.2),
 }
+#: the outlier trim (fraction of the hardest cases drawn at the uniform rate); 0 for every other variant
+TRIM_FRACTIONS = {"nnUNetTrainerDROAdaptive_trim5": 0.05}
 
 
 @pytest.mark.parametrize("name", sorted(ADAPTIVE_VARIANTS))
@@ -112,6 +115,7 @@ def test_adaptive_variants_keep_the_settings_they_were_measured_with(name):
     got = (cls.dro_fraction, cls.dro_importance_sampling, cls.dro_max_weight, cls.dro_beta_rule,
            cls.dro_uniform_until, cls.dro_loss_smoothing, cls.dro_uniform_until_learned)
     assert got == ADAPTIVE_VARIANTS[name]
+    assert cls.dro_trim_fraction == TRIM_FRACTIONS.get(name, 0.0)
     assert cls.dro_scheme == "kl_adaptive" and cls.dro_beta_max == 100.0
     _check_keeps_nnunet_signature_and_sets_only_attributes(cls, "nnUNetTrainerDROAdaptive")
 

@@ -42,6 +42,7 @@ variant below samples robustly from the first epoch, as the default did when the
 | nnUNetTrainerDROAdaptive_warm50  | 0.5 after uniform sampling (ERM) for the first half of the epochs | on | no cap |
 | nnUNetTrainerDROAdaptive_warm50_noIS | 0.5 after the same uniform first half             | off         | no cap    |
 | nnUNetTrainerDROAdaptive_noGuard | 0.5 from the first epoch, without the stability guard | off | 5 / n |
+| nnUNetTrainerDROAdaptive_trim5   | the default, its hardest 5 % of cases drawn at the uniform rate (outlier trim, for dirty labels) | off | 5 / n |
 | nnUNetTrainerDROAdaptive_kappa1  | the paper's rule of thumb instead: beta = 1 / std(L), <= 100 | off  | no cap    |
 
 Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's

@@ -92,9 +92,14 @@ def test_evidence_gpu_table_is_the_recorded_gpu_check():
             f"+{1e3 * entry['epoch_end_seconds']:.0f} ms ({entry['epoch_end_ratio_250_iterations']:.3f} x)", name
 
 
-STABILITY64 = ROOT / "data_docs" / "benchmark_record" / "stability64"
-#: the 64-case table's row label in docs/evidence.md -> (condition, region, statistic)
-STABILITY64_ROWS = {
+RECORDS = ROOT / "data_docs" / "benchmark_record"
+#: the small-cohort tables of docs/evidence.md: (first cell of the header row, record folder, seeds)
+SMALL_COHORT_TABLES = [
+    ("| 64-case cohort, 120 epochs |", RECORDS / "stability64", range(4)),
+    ("| 40-case cohort, 240 epochs |", RECORDS / "stability40_240", range(2)),
+]
+#: a small-cohort table's row label in docs/evidence.md -> (condition, region, statistic)
+STABILITY_ROWS = {
     "default - ERM: spina_bifida cerebellum p10": [("spina_bifida", "cerebellum", "p10")],
     "default - ERM: other cerebellum p10": [("other", "cerebellum", "p10")],
     "default - ERM: other intra-axial CSF p10": [("other", "intra_axial_csf", "p10")],
@@ -103,17 +108,18 @@ STABILITY64_ROWS = {
 }
 
 
-def test_evidence_64_case_table_is_the_stability64_record():
-    """Each seed's paired difference in the 64-case table of docs/evidence.md is the record's
+@pytest.mark.parametrize("header, record, seeds", SMALL_COHORT_TABLES)
+def test_evidence_small_cohort_tables_are_their_records(header, record, seeds):
+    """Each seed's paired difference in a small-cohort table of docs/evidence.md is the record's
     (``summary_by_seed.csv``, the 30 first test cases), and so are the learning epochs and lost epochs."""
     import pandas as pd
 
-    rows = table_rows(EVIDENCE.read_text().splitlines(), "| 64-case cohort, 120 epochs |")
-    by_seed = pd.read_csv(STABILITY64 / "summary_by_seed.csv").set_index(["seed", "method", "group", "region"])
-    runs = pd.read_csv(STABILITY64 / "runs.csv").set_index(["arm", "seed"])
-    for seed in range(4):
+    rows = table_rows(EVIDENCE.read_text().splitlines(), header)
+    by_seed = pd.read_csv(record / "summary_by_seed.csv").set_index(["seed", "method", "group", "region"])
+    runs = pd.read_csv(record / "runs.csv").set_index(["arm", "seed"])
+    for seed in seeds:
         column = f"seed {seed}"
-        for label, cells in STABILITY64_ROWS.items():
+        for label, cells in STABILITY_ROWS.items():
             expected = " / ".join(
                 f"{by_seed.loc[(seed, 'DROAdaptive', group, region), stat] - by_seed.loc[(seed, 'ERM', group, region), stat]:+.1f}"
                 for group, region, stat in cells)
@@ -124,34 +130,35 @@ def test_evidence_64_case_table_is_the_stability64_record():
         assert rows["learned-structure lost epochs: ERM / default"][column] == lost
 
 
-STABILITY64_LARGE_ROWS = {
-    "the same on 100 further test cases per group: spina_bifida cerebellum p10": STABILITY64_ROWS[
+STABILITY_LARGE_ROWS = {
+    "the same on 100 further test cases per group: spina_bifida cerebellum p10": STABILITY_ROWS[
         "default - ERM: spina_bifida cerebellum p10"],
-    "other cerebellum p10": STABILITY64_ROWS["default - ERM: other cerebellum p10"],
-    "other intra-axial CSF p10": STABILITY64_ROWS["default - ERM: other intra-axial CSF p10"],
-    "control means (WM / CSF / cerebellum)": STABILITY64_ROWS["default - ERM: control means (WM / CSF / cerebellum)"],
+    "other cerebellum p10": STABILITY_ROWS["default - ERM: other cerebellum p10"],
+    "other intra-axial CSF p10": STABILITY_ROWS["default - ERM: other intra-axial CSF p10"],
+    "control means (WM / CSF / cerebellum)": STABILITY_ROWS["default - ERM: control means (WM / CSF / cerebellum)"],
 }
 
 
-def test_evidence_64_case_larger_test_rows_are_the_records():
-    """The 64-case table's rows on 100 further test cases per group, re-computed with the evaluation's
-    own ``summarize`` from the record's per-case Dice (``per_case_large_test.csv``)."""
+@pytest.mark.parametrize("header, record, seeds", SMALL_COHORT_TABLES)
+def test_evidence_small_cohort_larger_test_rows_are_the_records(header, record, seeds):
+    """A small-cohort table's rows on 100 further test cases per group, re-computed with the
+    evaluation's own ``summarize`` from the record's per-case Dice (``per_case_large_test.csv``)."""
     import pandas as pd
 
     from nnunet_dro.evaluation.stats import summarize
 
-    rows = table_rows(EVIDENCE.read_text().splitlines(), "| 64-case cohort, 120 epochs |")
+    rows = table_rows(EVIDENCE.read_text().splitlines(), header)
 
-    tables = {(seed, arm): pd.read_csv(STABILITY64 / "runs" / f"seed_{seed}" / "arms" / arm / "per_case_large_test.csv")
-              for seed in range(4) for arm in ("ERM", "DROAdaptive")}
+    tables = {(seed, arm): pd.read_csv(record / "runs" / f"seed_{seed}" / "arms" / arm / "per_case_large_test.csv")
+              for seed in seeds for arm in ("ERM", "DROAdaptive")}
 
     def statistic(seed, arm, group, region, stat):
         table = tables[(seed, arm)]
         values = table[(table.metric == "dice") & (table.condition == group) & (table.region == region)].value
         return summarize(values, [10])[stat]
 
-    for seed in range(4):
-        for label, cells in STABILITY64_LARGE_ROWS.items():
+    for seed in seeds:
+        for label, cells in STABILITY_LARGE_ROWS.items():
             expected = " / ".join(f"{statistic(seed, 'DROAdaptive', *cell) - statistic(seed, 'ERM', *cell):+.1f}"
                                   for cell in cells)
             assert rows[label][f"seed {seed}"] == expected, (label, seed)

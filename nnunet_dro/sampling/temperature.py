@@ -192,7 +192,7 @@ def effective_losses(losses: ArrayLike, ceiling: float = math.inf,
                      trim: tuple[float, float] = NO_TRIM) -> NDArray[np.float64]:
     """The losses the hardness distribution is a softmax of: ``min(L, ceiling)``, except that a loss
     above ``trim[0]`` counts as ``trim[1]`` (an outlier left out of the hardness distribution,
-    see :func:`outlier_trim`).
+    see :func:`outlier_trim`). NaN and inf pass through (the callers decide what they weigh).
 
     >>> effective_losses([0.1, 0.5, 0.9], ceiling=0.6).tolist()
     [0.1, 0.5, 0.6]
@@ -201,7 +201,7 @@ def effective_losses(losses: ArrayLike, ceiling: float = math.inf,
     """
     x = np.asarray(losses, dtype=np.float64)
     if trim[0] != math.inf:
-        x = np.where(x > trim[0], trim[1], x)
+        x = np.where((x > trim[0]) & np.isfinite(x), trim[1], x)
     return np.minimum(x, ceiling)
 
 

@@ -208,7 +208,7 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
     force when they are computed.
 
     ``trim_fraction`` (default 0: none): an outlier trim in the spirit of DORO (Zhai et al., ICML
-    2021). The hardest ``ceil(trim_fraction * n)`` cases by stale loss leave the hardness
+    2021, arXiv:2106.06142). The hardest ``ceil(trim_fraction * n)`` cases by stale loss leave the hardness
     distribution and are drawn at the uniform rate ``1 / n``; beta, the ceiling and the perplexity
     constraint are solved over the other cases, which share the rest
     (:func:`~nnunet_dro.sampling.temperature.outlier_trim`). Why: a case with a wrong label keeps

@@ -92,9 +92,16 @@ def test_outlier_trim_rejects_bad_inputs():
     assert outlier_trim([0.1, 0.2], 0, beta=1.0) == NO_TRIM
 
 
-def test_effective_losses_count_an_outlier_as_the_trim_value_then_cap():
-    np.testing.assert_array_equal(effective_losses([0.1, 0.7, 0.9, 5.0], ceiling=0.8, trim=(1.0, 0.4)),
-                                  [0.1, 0.7, 0.8, 0.4])
+@pytest.mark.parametrize("losses, ceiling, trim, expected", [
+    ([0.1, 0.7, 0.9, 5.0], 0.8, (1.0, 0.4), [0.1, 0.7, 0.8, 0.4]),  # trimmed, then capped
+    ([0.1, 5.0], math.inf, NO_TRIM, [0.1, 5.0]),                    # neither
+    ([0.1, 5.0], 0.05, (1.0, 0.4), [0.05, 0.05]),                   # the cap below the trim value
+    ([math.nan, math.inf, -math.inf, 2.0], math.inf, (1.0, 0.4), [math.nan, math.inf, -math.inf, 0.4]),
+])
+def test_effective_losses_table(losses, ceiling, trim, expected):
+    """A loss above the trim counts as the trim's value, then everything is capped; NaN and inf pass
+    through to the callers, which weigh a non-finite loss neutrally."""
+    np.testing.assert_array_equal(effective_losses(losses, ceiling, trim), expected)
 
 
 # ---------------------------------------------------------------------------- the sampler's trim

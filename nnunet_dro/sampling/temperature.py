@@ -44,7 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 
-from nnunet_dro.sampling.distributions import kl_dro_probabilities
+from nnunet_dro.sampling.distributions import kl_dro_objective, kl_dro_probabilities
 
 #: Relative tolerance on beta of the root finder (the perplexity is then within about 1e-7 of target).
 BETA_RTOL = 1e-9
@@ -257,9 +257,7 @@ def outlier_trim(losses: ArrayLike, count: int, beta: float, ceiling: float = ma
         raise ValueError(f"beta must be a finite positive number, got {beta}")
     kept = np.partition(x, x.size - count - 1)[: x.size - count]
     above = float(kept.max())
-    z = beta * np.minimum(kept, ceiling)
-    top = float(z.max())
-    to = (top + math.log(float(np.mean(np.exp(z - top))))) / beta
+    to = kl_dro_objective(np.minimum(kept, ceiling), beta)  # log(mean(exp(beta L))) / beta, overflow-free
     return above, min(to, above)
 
 

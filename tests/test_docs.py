@@ -191,7 +191,7 @@ def test_the_docs_are_there_and_hold_commands():
 def test_short_commands_run(argv):
     console_script = BIN / "nnunet_dro"
     prefix = [str(console_script)] if console_script.exists() else [sys.executable, "-m", "nnunet_dro"]
-    result = subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    result = subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=300, cwd=ROOT)
     # `nnunet_dro` without a sub-command prints the help and exits 2, as argparse does
     assert result.returncode == (2 if argv == () else 0), result.stderr
     assert "Traceback" not in result.stderr

@@ -65,6 +65,30 @@ def test_readme_figures_are_the_records():
     assert max(abs(v) for v in controls) <= 0.5
 
 
+#: record arm -> the row label of the alternatives table in docs/evidence.md
+ALTERNATIVE_ROWS = {
+    "ERM": "ERM (Dice)",
+    "DROAdaptive_untilLearned": "default `nnUNetTrainerDROAdaptive` - ERM",
+    "DiceTopK10": "`nnUNetTrainerDiceTopK10Loss` - ERM",
+    "TopK10": "`nnUNetTrainerTopk10Loss` - ERM",
+}
+
+
+def test_evidence_alternatives_table_is_its_records_larger_test_table():
+    """The comparison with nnU-Net's own trainers in docs/evidence.md is the ``alternatives177_240``
+    record's larger-test table, cell by cell; the README quotes the same cells."""
+    summary = (ROOT / "data_docs" / "benchmark_record" / "alternatives177_240" / "summary.md").read_text()
+    record = table_rows(summary.split("## On a larger test set", 1)[1].splitlines(), "| arm |")
+    page = table_rows(EVIDENCE.read_text().splitlines(), "| 177 cases, 240 epochs, seed 13, 300 further")
+    for arm, label in ALTERNATIVE_ROWS.items():
+        for column in COLUMNS:
+            assert page[label][column] == record[arm][column], (arm, column)
+    readme = " ".join(README.read_text().split())
+    for arm in ("DROAdaptive_untilLearned", "DiceTopK10"):
+        for column in ("other intra_axial_csf p10", "spina_bifida cerebellum p10"):
+            assert record[arm][column].split()[0] in readme, (arm, column)
+
+
 @pytest.mark.parametrize("page", [README, EVIDENCE])
 def test_pages_state_the_headline_seeds_of_the_record(page):
     seeds = re.search(r"Seeds ([\d, ]+): every arm's final network", RECORD.read_text()).group(1)

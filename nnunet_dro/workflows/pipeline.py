@@ -30,7 +30,7 @@ from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
-from nnunet_dro.training.budget import BUDGET_TRAINERS, EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV
+from nnunet_dro.training.budget import BUDGET_TRAINERS, EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV, THREADS_ENV
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_ENV, CASE_WEIGHTS_FILENAME
 from nnunet_dro.training.registry import arm_name
 from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, START_EPOCH, THRESHOLD, all_learned_epoch,
@@ -122,7 +122,8 @@ class Workspace:
     """One working folder: one cohort, its nnU-Net folders, and one result folder per arm."""
 
     def __init__(self, folder: str | os.PathLike, dataset_id: int, dataset_name: str, cohort: Cohort,
-                 echo: Callable[[str], None] = print):
+                 echo: Callable[[str], None] = print, torch_threads: int | None = None):
+        """``torch_threads``: torch's threads in each training (None: nnU-Net's choice, every core)."""
         self.folder = Path(folder).resolve()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.dataset_id, self.cohort, self.echo = dataset_id, cohort, echo
@@ -130,7 +131,8 @@ class Workspace:
         self.env = nnunet_environment(
             root=self.folder / "nnunet",
             overrides={"nnUNet_compile": "f", "nnUNet_def_n_proc": "2",
-                       "nnUNet_n_proc_DA": os.environ.get("nnUNet_n_proc_DA", "2")})
+                       "nnUNet_n_proc_DA": os.environ.get("nnUNet_n_proc_DA", "2"),
+                       **({THREADS_ENV: str(torch_threads)} if torch_threads else {})})
         self.raw = Path(self.env["nnUNet_raw"]) / f"Dataset{dataset_id:03d}_{dataset_name}"
         self.preprocessed = Path(self.env["nnUNet_preprocessed"]) / self.raw.name
         self._check_cohort()

@@ -212,6 +212,16 @@ def test_report_only_without_runs_is_a_clear_error(bench, tmp_path, capsys):
     assert code == 2 and "no finished runs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, value", [("--epochs", "0"), ("--iterations", "0"), ("--n-train", "4"),
+                                         ("--n-test", "2"), ("--size", "8"), ("--large-test", "-1"),
+                                         ("--label-noise", "-1"), ("--torch-threads", "0")])
+def test_out_of_range_settings_are_one_line_errors_naming_the_flag(bench, tmp_path, capsys, flag, value):
+    assert bench.main(["--seeds", "1", flag, value, "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag} {value}: must be at least" in err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_benchmark_needs_the_erm_arm(bench, tmp_path, capsys):
     assert bench.main(["--arms", "Adaptive_f50", "-o", str(tmp_path)]) == 2
     assert "needs the ERM arm" in capsys.readouterr().err
@@ -579,10 +589,13 @@ def test_training_fit_sets_training_beside_test(bench, training, test, expected)
 def test_smoke_run_scores_further_cases_with_the_trained_network(bench, tmp_path, capsys):
     """End to end through nnU-Net's CLIs: a one-epoch ERM run, then its network predicts a larger
     test set drawn apart from the cohort and its own training cases; asking for another size of
-    larger test set in the same folder is refused."""
+    larger test set in the same folder is refused. The training runs with one torch thread
+    (``--torch-threads 1``; nnU-Net alone would give it every core), as its log says."""
     common = ["--seeds", "1", "--arms", "ERM", "--epochs", "1", "--iterations", "2", "--n-train", "10",
               "--n-test", "6", "--size", "16", "-o", str(tmp_path)]
-    assert bench.main(common + ["--large-test", "3", "--training-fit"]) == 0
+    assert bench.main(common + ["--large-test", "3", "--training-fit", "--torch-threads", "1"]) == 0
+    logs = list((tmp_path / "runs" / "seed_0" / "nnunet" / "nnUNet_results").rglob("training_log_*.txt"))
+    assert len(logs) == 1 and "torch threads 1, seed 0" in logs[0].read_text()
     training = pd.read_csv(tmp_path / "runs" / "seed_0" / "arms" / "ERM" / "per_case_training.csv")
     assert training["case"].nunique() == 10 and training["value"].between(0, 100).all()
     assert "## Fit on the training cases" in (tmp_path / "summary.md").read_text()

@@ -40,8 +40,9 @@ def table_rows(lines: list[str], header_start: str) -> dict[str, dict[str, str]]
     raise AssertionError(f"no table starting with {header_start!r}")
 
 
-def record_large_test_rows() -> dict[str, dict[str, str]]:
-    text = RECORD.read_text().split("## On a larger test set", 1)[1]
+def record_large_test_rows(summary: Path = RECORD) -> dict[str, dict[str, str]]:
+    """The larger-test table of a record's ``summary.md``: arm -> {column: cell}."""
+    text = summary.read_text().split("## On a larger test set", 1)[1]
     return table_rows(text.splitlines(), "| arm |")
 
 
@@ -77,8 +78,7 @@ ALTERNATIVE_ROWS = {
 def test_evidence_alternatives_table_is_its_records_larger_test_table():
     """The comparison with nnU-Net's own trainers in docs/evidence.md is the ``alternatives177_240``
     record's larger-test table, cell by cell; the README quotes the same cells."""
-    summary = (ROOT / "data_docs" / "benchmark_record" / "alternatives177_240" / "summary.md").read_text()
-    record = table_rows(summary.split("## On a larger test set", 1)[1].splitlines(), "| arm |")
+    record = record_large_test_rows(ROOT / "data_docs" / "benchmark_record" / "alternatives177_240" / "summary.md")
     page = table_rows(EVIDENCE.read_text().splitlines(), "| 177 cases, 240 epochs, seed 13, 300 further")
     for arm, label in ALTERNATIVE_ROWS.items():
         for column in COLUMNS:

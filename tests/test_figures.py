@@ -72,6 +72,7 @@ ALTERNATIVE_ROWS = {
     "DROAdaptive_untilLearned": "default `nnUNetTrainerDROAdaptive` - ERM",
     "DiceTopK10": "`nnUNetTrainerDiceTopK10Loss` - ERM",
     "TopK10": "`nnUNetTrainerTopk10Loss` - ERM",
+    "JTT": "Just Train Twice (`nnunet_dro jtt`, two trainings) - ERM",
 }
 
 
@@ -84,7 +85,7 @@ def test_evidence_alternatives_table_is_its_records_larger_test_table():
         for column in ("seeds", *COLUMNS):
             assert page[label][column] == record[arm][column], (arm, column)
     readme = " ".join(README.read_text().split())
-    for arm in ("DROAdaptive_untilLearned", "DiceTopK10"):
+    for arm in ("DROAdaptive_untilLearned", "DiceTopK10", "JTT"):
         for column in ("other intra_axial_csf p10", "spina_bifida cerebellum p10"):
             assert record[arm][column].split()[0] in readme, (arm, column)
 

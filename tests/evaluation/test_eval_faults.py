@@ -127,6 +127,12 @@ def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, t
     # Nor anyone's: every sem.* that appeared meanwhile is still in use by a living process (the
     # machine is shared, so other programs may hold new ones).
     appeared = {p.name for p in SHM.glob("sem.*")} - shm_before
+    # joblib's loky names its semaphores after the creating pid: another test's loky executor,
+    # shutting down on the other xdist worker, can leave them unmapped for a moment before its own
+    # resource tracker unlinks them (seen once in CI). Not ours, so not judged here.
+    ours = {cli.process.pid, *tree}
+    appeared = {name for name in appeared
+                if not ((m := re.match(r"sem\.loky-(\d+)-", name)) and int(m.group(1)) not in ours)}
     assert not appeared - _semaphores_in_use(), appeared
 
 

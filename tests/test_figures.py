@@ -72,6 +72,7 @@ ALTERNATIVE_ROWS = {
     "DROAdaptive_untilLearned": "default `nnUNetTrainerDROAdaptive` - ERM",
     "DiceTopK10": "`nnUNetTrainerDiceTopK10Loss` - ERM",
     "TopK10": "`nnUNetTrainerTopk10Loss` - ERM",
+    "Oversample033": "`nnUNetTrainer_probabilisticOversampling_033` - ERM",
     "JTT": "Just Train Twice (`nnunet_dro jtt`, two trainings) - ERM",
 }
 

@@ -50,6 +50,7 @@ from typing import Sequence
 import pandas as pd
 
 from nnunet_dro.atomic import atomic_path, write_text_atomic
+from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
 from nnunet_dro.workflows.benchmark_analysis import (BASELINE, DEFAULT_ARMS, hardest_regions, large_test_section,
@@ -72,10 +73,12 @@ LARGE_TEST_DATASET_ID = 992  # --large-test: further test cases, scored with the
 def record_files(ws: Workspace, arm: str, trainer: str) -> list[Path]:
     """The files of a finished (seed, arm) trained by ``trainer`` that ``--report-only`` reads: the
     cohort settings, the subgroup table, the arm's result and per-case Dice, its hardness report if
-    it has one, its case-weight table if it trained with one (the JTT arm's error set), and its Dice on
+    it has one, its case-weight table if it trained with one (the JTT arm's error set), its Dice on
     the larger test set and on its training cases if they were scored (``--large-test``,
-    ``--training-fit``)."""
-    files = [ws.folder / "cohort.json", ws.raw / SUBGROUPS_FILENAME, ws.arm_folder(arm) / "result.json",
+    ``--training-fit``), and which training cases had their labels corrupted (``--label-noise``:
+    without it the record could not say how often the noisy cases were drawn)."""
+    files = [ws.folder / "cohort.json", ws.folder / LABEL_NOISE_RECORD, ws.raw / SUBGROUPS_FILENAME,
+             ws.arm_folder(arm) / "result.json",
              ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer),
              ws.arm_folder(arm) / CASE_WEIGHTS_FILENAME,
              ws.folder / "large_test.json", *(ws.arm_folder(arm) / name for name in FURTHER_RESULTS.values())]

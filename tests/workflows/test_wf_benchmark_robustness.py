@@ -434,14 +434,17 @@ def test_all_learned_epoch_is_read_from_the_final_checkpoint(tmp_path):
     assert ws.all_learned_epoch("NeverTrained") is None
 
 
-def _stored_seed(root: Path, seed: int, arms: dict, large_test: bool = False) -> None:
+def _stored_seed(root: Path, seed: int, arms: dict, large_test: bool = False, noisy: tuple[str, ...] = ()) -> None:
     """A finished seed as the benchmark leaves it, without the gigabytes: cohort settings, the
     subgroup table, and per arm its result, per-case Dice and (case-weighting arms) hardness report;
-    with ``large_test`` also its Dice on a larger test set (40 cases per group)."""
+    with ``large_test`` also its Dice on a larger test set (40 cases per group); with ``noisy`` the
+    record of those training cases' corrupted labels."""
     from nnunet_dro.workflows.pipeline import Cohort, Workspace
 
-    ws = Workspace(root / "runs" / f"seed_{seed}", 991, "SyntheticFetalBenchmark", Cohort(seed=seed),
-                   echo=lambda text: None)
+    ws = Workspace(root / "runs" / f"seed_{seed}", 991, "SyntheticFetalBenchmark",
+                   Cohort(seed=seed, label_noise=len(noisy)), echo=lambda text: None)
+    if noisy:
+        (ws.folder / "label_noise.json").write_text(json.dumps([{"case": case, "kind": "erase"} for case in noisy]))
     groups = ["control"] * 8 + ["spina_bifida", "other"]
     ws.raw.mkdir(parents=True)
     (ws.raw / "subgroups.tsv").write_text("case\tcondition\tsplit\n" + "".join(
@@ -506,6 +509,23 @@ def test_export_record_keeps_what_the_tables_are_made_from(bench, tmp_path):
     erm = ("ERM", 3)
     assert from_record.loc[erm, "draw_share_spina_bifida"] == pytest.approx(1 / 10)
     assert from_record.loc[erm, "draw_share_spina_bifida"] == from_runs.loc[erm, "draw_share_spina_bifida"]
+
+
+def test_export_record_keeps_the_label_noise_record(bench, tmp_path):
+    """With --label-noise the record keeps which cases were corrupted, so --report-only on it gives
+    the same share of draws on them as the runs (the DRO arm drew c8 30 and c0 5 of 90 times; ERM
+    their share of the 177 cases of the stored cohort)."""
+    runs, record = tmp_path / "results", tmp_path / "record"
+    arms = {"ERM": ("nnUNetTrainer_CPUBudget", 0.0), "DROAdaptive": ("DROTrainer", 6.0)}
+    _stored_seed(runs, 3, arms, noisy=("c8", "c0"))
+    common = ["--seeds", "3,", "--arms", ",".join(arms), "--label-noise", "2", "--report-only"]
+    assert bench.main(common + ["-o", str(runs), "--export-record", str(record)]) == 0
+    assert (record / "runs" / "seed_3" / "label_noise.json").is_file()
+    assert bench.main(common + ["-o", str(record)]) == 0
+    for folder in (runs, record):
+        shares = pd.read_csv(folder / "runs.csv").set_index("arm")["noisy_draw_share"]
+        assert shares["DROAdaptive"] == pytest.approx(35 / 90) and shares["ERM"] == pytest.approx(2 / 177)
+        assert "## Label noise: are the noisy cases chased?" in (folder / "summary.md").read_text()
 
 
 def test_export_record_into_the_output_folder_is_refused(bench, tmp_path, capsys):

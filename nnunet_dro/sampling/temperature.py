@@ -278,10 +278,15 @@ def solve_capped_beta_for_perplexity(losses: ArrayLike, fraction: float, beta_ma
     """
     x = np.asarray(losses, dtype=np.float64).reshape(-1)
     _check_solver_arguments(x, fraction, beta_max)
+    check_max_weight(max_weight)
+    if max_weight >= x.size:
+        # no probability exceeds 1: the cap cannot bind, the problem is the uncapped one. Solved by
+        # the same code, since where the perplexity is flat in beta (two hardest losses tied) the
+        # root finders on shifted, sorted losses and on the raw ones stop at different betas
+        return solve_beta_for_perplexity(x, fraction, beta_max), math.inf
     shift = float(x.max())
     x = x - shift  # shift invariance; the ceiling is returned in the losses' own units
     n = x.size
-    check_max_weight(max_weight)
     x = np.sort(x)[::-1]  # once: every evaluation below needs the hardest-first order
 
     def entropy_at(beta: float) -> float:

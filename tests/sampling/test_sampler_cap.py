@@ -276,3 +276,14 @@ def test_spread_rule_with_max_weight_fits_the_ceiling_to_its_beta():
 def test_adaptive_rejects_a_max_weight_of_at_most_one(bad):
     with pytest.raises(ValueError, match="max_weight"):
         AdaptiveHardnessWeighting(10, max_weight=bad)
+
+
+def test_a_cap_that_cannot_bind_gives_the_uncapped_beta_exactly():
+    """max_weight >= n: no case can exceed probability 1, so the capped solve is the uncapped one,
+    to the last bit, also where the perplexity is flat in beta (these are the stale losses of an
+    end-to-end run: two undrawn cases tied near the initial loss, the target perplexity 2 of 4
+    reached by every large beta, where two root finders used to stop 1e-4 apart)."""
+    losses = np.array([-0.1878778, 100.00001972, 0.11027841, 100.00002073])
+    for max_weight in (4.0, 5.0):
+        beta, ceiling = solve_capped_beta_for_perplexity(losses, 0.5, 100.0, max_weight)
+        assert beta == solve_beta_for_perplexity(losses, 0.5, 100.0) and ceiling == math.inf

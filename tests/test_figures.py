@@ -74,6 +74,13 @@ ALTERNATIVE_ROWS = {
     "TopK10": "`nnUNetTrainerTopk10Loss` - ERM",
     "Oversample033": "`nnUNetTrainer_probabilisticOversampling_033` - ERM",
     "JTT": "Just Train Twice (`nnunet_dro jtt`, two trainings) - ERM",
+    "DROAdaptive_trim5": "`nnUNetTrainerDROAdaptive_trim5` (outlier trim) - ERM",
+}
+#: record arm -> the row label of the label-noise table in docs/evidence.md
+NOISE_ROWS = {
+    "ERM": "ERM (Dice)",
+    "DROAdaptive": "default `nnUNetTrainerDROAdaptive` - ERM",
+    "DROAdaptive_trim5": "`nnUNetTrainerDROAdaptive_trim5` (outlier trim) - ERM",
 }
 
 
@@ -89,6 +96,22 @@ def test_evidence_alternatives_table_is_its_records_larger_test_table():
     for arm in ("DROAdaptive_untilLearned", "DiceTopK10", "JTT"):
         for column in ("other intra_axial_csf p10", "spina_bifida cerebellum p10"):
             assert record[arm][column].split()[0] in readme, (arm, column)
+
+
+def test_evidence_label_noise_table_is_its_records():
+    """The label-noise table in docs/evidence.md is the ``noise177_240`` record's larger-test table
+    and its share of draws on the noisy cases, cell by cell."""
+    summary = ROOT / "data_docs" / "benchmark_record" / "noise177_240" / "summary.md"
+    record = record_large_test_rows(summary)
+    noise_text = summary.read_text().split("## Label noise: are the noisy cases chased?", 1)[1]
+    shares = table_rows(noise_text.splitlines(), "| arm |")
+    page = table_rows(EVIDENCE.read_text().splitlines(), "| 177 cases, 8 with wrong labels, 240 epochs")
+    for arm, label in NOISE_ROWS.items():
+        assert label in page, f"docs/evidence.md lost the row {label!r}"
+        for column in ("seeds", *COLUMNS):
+            assert page[label][column] == record[arm][column], (arm, column)
+        assert page[label]["noisy cases' share of draws (x uniform)"] == \
+            f"{shares[arm]['share of draws on them']} ({shares[arm]['x uniform']})", arm
 
 
 @pytest.mark.parametrize("page", [README, EVIDENCE])

@@ -40,10 +40,15 @@ def table_rows(lines: list[str], header_start: str) -> dict[str, dict[str, str]]
     raise AssertionError(f"no table starting with {header_start!r}")
 
 
+def record_section_rows(summary: Path, heading: str) -> dict[str, dict[str, str]]:
+    """The first table under ``heading`` in a record's ``summary.md``: arm -> {column: cell}."""
+    text = summary.read_text().split(heading, 1)[1]
+    return table_rows(text.splitlines(), "| arm |")
+
+
 def record_large_test_rows(summary: Path = RECORD) -> dict[str, dict[str, str]]:
     """The larger-test table of a record's ``summary.md``: arm -> {column: cell}."""
-    text = summary.read_text().split("## On a larger test set", 1)[1]
-    return table_rows(text.splitlines(), "| arm |")
+    return record_section_rows(summary, "## On a larger test set")
 
 
 def test_evidence_headline_is_the_records_larger_test_table():
@@ -101,10 +106,9 @@ def test_evidence_alternatives_table_is_its_records_larger_test_table():
 def test_evidence_label_noise_table_is_its_records():
     """The label-noise table in docs/evidence.md is the ``noise177_240`` record's larger-test table
     and its share of draws on the noisy cases, cell by cell."""
-    summary = ROOT / "data_docs" / "benchmark_record" / "noise177_240" / "summary.md"
+    summary = RECORDS / "noise177_240" / "summary.md"
     record = record_large_test_rows(summary)
-    noise_text = summary.read_text().split("## Label noise: are the noisy cases chased?", 1)[1]
-    shares = table_rows(noise_text.splitlines(), "| arm |")
+    shares = record_section_rows(summary, "## Label noise: are the noisy cases chased?")
     page = table_rows(EVIDENCE.read_text().splitlines(), "| 177 cases, 8 with wrong labels, 240 epochs")
     for arm, label in NOISE_ROWS.items():
         assert label in page, f"docs/evidence.md lost the row {label!r}"

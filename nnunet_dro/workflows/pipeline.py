@@ -153,19 +153,31 @@ class Workspace:
     def prepare(self) -> pd.DataFrame:
         """Make the cohort and preprocess it (each only once); return its subgroup table."""
         c = self.cohort
-        if not (self.raw / "dataset.json").is_file():
+        generated = not (self.raw / "dataset.json").is_file()
+        if generated:
             self.echo(f"  cohort: {c.n_train} train + {c.n_test} test cases of {c.size}^3, seed {c.seed}")
             run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(self.dataset_id), "-n",
                             self.raw.name.split("_", 1)[1], "--n-train", str(c.n_train), "--n-test", str(c.n_test),
                             "--size", str(c.size), "--seed", str(c.seed), "--overwrite"], self.env, self.log_file)
         subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
-        if c.label_noise and not (self.folder / LABEL_NOISE_RECORD).is_file():
-            if self._preprocessed():
+        record = self.folder / LABEL_NOISE_RECORD
+        # Labels just generated are clean even where a noise record exists: a seed folder restored
+        # from a record (--export-record) keeps label_noise.json but not the raw images.
+        if c.label_noise and (generated or not record.is_file()):
+            recorded = json.loads(record.read_text()) if record.is_file() else None
+            if recorded is None and self._preprocessed():
                 raise UserError(f"{self.folder}: preprocessed without the label noise asked for now; use another "
                                 f"output folder or --overwrite")
             train = subgroups[subgroups["split"] == "train"]
+            fresh = self.folder / f"{LABEL_NOISE_RECORD}.new"
             rows = corrupt_training_labels(self.raw / "labelsTr", dict(zip(train["case"], train[GROUP_COLUMN])),
-                                           c.label_noise, MINORITY_GROUPS, c.seed, self.folder / LABEL_NOISE_RECORD)
+                                           c.label_noise, MINORITY_GROUPS, c.seed, fresh)
+            if recorded is not None and recorded != rows:
+                fresh.unlink()
+                (self.raw / "dataset.json").unlink()  # labels corrupted unlike the record: generate again next time
+                raise UserError(f"{record}: records other corrupted cases than seed {c.seed} gives now; "
+                                f"use another output folder or --overwrite")
+            fresh.replace(record)
             self.echo(f"  label noise: {len(rows)} training cases corrupted ("
                       + ", ".join(f"{r['case']} {r['group']}: {r['what']}" for r in rows) + ")")
         if not self._preprocessed():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -637,6 +638,42 @@ def test_the_script_is_a_thin_entry_point_to_the_module():
     assert proc.returncode == 0 and "--report-only" in proc.stdout and "--export-record" in proc.stdout
     assert len(SCRIPT.read_text().splitlines()) < 30
 
+
+
+@pytest.mark.slow
+def test_a_seed_folder_restored_from_a_record_gets_its_label_noise_again(tmp_path):
+    """A record keeps label_noise.json but not the raw images: when the cohort is generated again
+    (an arm added to a recorded seed), the same cases are corrupted again, not left clean; a record
+    that names other cases than the seed gives is refused, and the next attempt generates afresh."""
+    import nibabel as nib
+    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+
+    def labels(ws, cases):
+        return {case: np.asarray(nib.load(str(ws.raw / "labelsTr" / f"{case}.nii.gz")).dataobj) for case in cases}
+
+    cohort = Cohort(n_train=10, n_test=6, size=16, seed=0, label_noise=2)
+    ws = Workspace(tmp_path / "seed_0", 991, "SyntheticFetalBenchmark", cohort, echo=lambda text: None)
+    ws.prepare()
+    record = ws.folder / "label_noise.json"
+    noisy = [row["case"] for row in json.loads(record.read_text())]
+    corrupted = labels(ws, noisy)
+
+    kept = record.read_text()
+    for path in ws.raw.iterdir():  # what a record keeps of the raw folder: its subgroup table
+        if path.name != "subgroups.tsv":
+            path.unlink() if path.is_file() else shutil.rmtree(path)
+    ws.prepare()
+    assert record.read_text() == kept and not (ws.folder / "label_noise.json.new").exists()
+    for case, seg in labels(ws, noisy).items():
+        assert np.array_equal(seg, corrupted[case]), case
+
+    rows = json.loads(kept)
+    rows[0]["case"] = "fetal_999"
+    record.write_text(json.dumps(rows))
+    (ws.raw / "dataset.json").unlink()
+    with pytest.raises(UserError, match="label_noise.json"):
+        ws.prepare()
+    assert not (ws.raw / "dataset.json").is_file() and json.loads(record.read_text()) == rows
 
 
 @pytest.mark.slow

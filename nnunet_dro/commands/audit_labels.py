@@ -1,0 +1,65 @@
+"""``nnunet_dro audit-labels``: flag training labels that may be wrong, before training.
+
+Per structure and case: a structure missing where nearly every case has it, or a volume far
+outside the cohort's (:mod:`nnunet_dro.data.label_audit`). Example::
+
+    nnunet_dro audit-labels -i $nnUNet_raw/Dataset500_FeTA -o label_audit.tsv
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from nnunet_dro.commands.arg_types import fraction, positive_float, positive_int
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "audit-labels", help="flag training labels that may be wrong (a structure missing, a volume far off)",
+        description="Reads an nnU-Net raw dataset's labelsTr and flags, per structure and case, a structure "
+                    "with no voxel while at least --presence of the cases have it (missing), and a volume in mL "
+                    "beyond --fence interquartile ranges of the cohort's log volumes (small, large). A wrong "
+                    "label keeps a high loss, so hardness weighted sampling chases it; open the flagged cases "
+                    "before training. Prints one line per flag; exit code 0 whether or not any is found.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-i", dest="dataset_dir", type=Path, required=True, metavar="DATASET_DIR",
+                        help="the raw dataset folder, e.g. $nnUNet_raw/Dataset500_FeTA (dataset.json, labelsTr)")
+    parser.add_argument("-o", dest="output", type=Path, default=None, metavar="TSV",
+                        help="also write the flags as a table (case, label, flag, volume_ml, cohort_median_ml, "
+                             "low_fence_ml, high_fence_ml)")
+    parser.add_argument("--labels", default="labelsTr", metavar="SUBFOLDER",
+                        help="label folder inside DATASET_DIR. Default: labelsTr")
+    parser.add_argument("--presence", type=fraction, default=0.9,
+                        help="a structure absent from a case is flagged when at least this share of the cases "
+                             "have it. Default: 0.9")
+    parser.add_argument("--fence", type=positive_float, default=3.0,
+                        help="interquartile ranges of log volume beyond the quartiles that flag a volume "
+                             "(Tukey's far out: 3). Default: 3")
+    parser.add_argument("-np", dest="num_processes", type=positive_int, default=None, metavar="N",
+                        help="processes reading cases. Default: nnUNet_def_n_proc or 8")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from nnunet_dro.atomic import write_text_atomic
+    from nnunet_dro.data.label_audit import audit_volumes, dataset_labels, label_volumes
+    from nnunet_dro.errors import UserError
+
+    dataset_json = args.dataset_dir / "dataset.json"
+    if not dataset_json.is_file():
+        raise UserError(f"{args.dataset_dir}: no dataset.json (expected an nnU-Net raw dataset folder)")
+    labels = dataset_labels(dataset_json)
+    file_ending = json.loads(dataset_json.read_text()).get("file_ending", ".nii.gz")
+    processes = args.num_processes or int(os.environ.get("nnUNet_def_n_proc", 8))
+    volumes = label_volumes(args.dataset_dir / args.labels, labels, file_ending, processes)
+    flags = audit_volumes(volumes, presence=args.presence, fence=args.fence)
+    for row in flags.itertuples():
+        print(f"{row.case}\t{row.label}\t{row.flag}\t{row.volume_ml:.3g} mL (cohort median {row.cohort_median_ml:.3g})")
+    print(f"{flags['case'].nunique()} of {len(volumes)} cases flagged ({len(flags)} flags) in "
+          f"{args.dataset_dir / args.labels}")
+    if args.output is not None:
+        write_text_atomic(args.output, flags.to_csv(sep="\t", index=False))
+    return 0

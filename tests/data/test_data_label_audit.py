@@ -1,0 +1,119 @@
+"""``nnunet_dro audit-labels``: the flags on a volume table (a table of edge cases), the labels read
+from dataset.json, volumes in mL from real NIfTI files of different spacings, and the CLI run as a
+subprocess, finding the structures that :mod:`nnunet_dro.data.label_noise` erased."""
+from __future__ import annotations
+
+import json
+
+import nibabel as nib
+import numpy as np
+import pandas as pd
+import pytest
+
+from nnunet_dro.data.label_audit import FLAG_COLUMNS, audit_volumes, dataset_labels, label_volumes
+from nnunet_dro.data.label_noise import corrupt_training_labels
+from nnunet_dro.errors import UserError
+
+from converter_cli import run_converter
+
+STEADY = [10.0, 11, 9, 10, 12, 10, 11, 9, 10, 10]
+
+
+def _table(**columns) -> pd.DataFrame:
+    n = len(next(iter(columns.values())))
+    return pd.DataFrame({"case": [f"c{i}" for i in range(n)], **columns})
+
+
+# name -> (volume table, expected flags as (case, label, flag))
+CASES = {
+    "a steady cohort: nothing": (_table(a=STEADY), []),
+    "a structure absent from one case of ten: missing": (_table(a=STEADY[:9] + [0.0]), [("c9", "a", "missing")]),
+    "absent from 2 of 10 (below 0.9 present): not flagged": (_table(a=STEADY[:8] + [0.0, 0.0]), []),
+    "a volume 10 times the rest: large": (_table(a=STEADY[:9] + [100.0]), [("c9", "a", "large")]),
+    "a volume a tenth of the rest: small": (_table(a=STEADY[:9] + [1.0]), [("c9", "a", "small")]),
+    "1.3 times the upper quartile stays inside the far-out fence": (_table(a=STEADY[:9] + [14.0]), []),
+    "equal volumes (no spread): nothing": (_table(a=[0.064] * 10), []),
+    "fewer than 8 cases with the structure: no volume fence": (_table(a=[10.0, 11, 9, 10, 100.0]), []),
+    "a structure nobody has: nothing": (_table(a=[0.0] * 10), []),
+    "two labels, flags sorted by case": (_table(a=STEADY[:9] + [0.0], b=[100.0] + STEADY[1:]),
+                                         [("c0", "b", "large"), ("c9", "a", "missing")]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_flags(name):
+    volumes, expected = CASES[name]
+    flags = audit_volumes(volumes)
+    assert list(flags.columns) == FLAG_COLUMNS
+    assert [tuple(row) for row in flags[["case", "label", "flag"]].values] == expected
+
+
+def test_presence_and_fence_are_the_users_to_set():
+    volumes = _table(a=STEADY[:7] + [0.0, 0.0, 14.0])
+    assert audit_volumes(volumes).empty
+    flags = audit_volumes(volumes, presence=0.8, fence=1.0)
+    assert [tuple(r) for r in flags[["case", "label", "flag"]].values] == [
+        ("c7", "a", "missing"), ("c8", "a", "missing"), ("c9", "a", "large")]
+    for presence, fence in ((1.5, 3.0), (0.9, 0.0)):
+        with pytest.raises(UserError):
+            audit_volumes(volumes, presence=presence, fence=fence)
+
+
+@pytest.mark.parametrize("labels, expected", [
+    ({"background": 0, "wm": 1, "csf": 2}, {"wm": [1], "csf": [2]}),
+    ({"background": 0, "whole tumor": [1, 2, 3], "enhancing": [3], "ignore": 4},
+     {"whole tumor": [1, 2, 3], "enhancing": [3]}),
+])
+def test_dataset_labels(tmp_path, labels, expected):
+    (tmp_path / "dataset.json").write_text(json.dumps({"labels": labels}))
+    assert dataset_labels(tmp_path / "dataset.json") == expected
+
+
+@pytest.mark.parametrize("text", ['{"labels": {"background": 0}}', '{"labels": {"a": "one"}}', "{", "{}"])
+def test_dataset_labels_rejects(tmp_path, text):
+    (tmp_path / "dataset.json").write_text(text)
+    with pytest.raises(UserError, match="dataset.json"):
+        dataset_labels(tmp_path / "dataset.json")
+
+
+def _dataset(root, n=10, spacing=(1.0, 1.0, 1.0)):
+    """An nnU-Net raw dataset of ``n`` label maps: label 1 a 4x4x4 block, label 2 a 2x4x4 block."""
+    labels = root / "labelsTr"
+    labels.mkdir(parents=True)
+    (root / "dataset.json").write_text(json.dumps({"labels": {"background": 0, "wm": 1, "csf": 2},
+                                                   "file_ending": ".nii.gz", "numTraining": n}))
+    for i in range(n):
+        seg = np.zeros((12, 12, 12), np.uint8)
+        seg[2:6, 2:6, 2:6] = 1
+        seg[7:9, 2:6, 2:6] = 2
+        nib.save(nib.Nifti1Image(seg, np.diag([*spacing, 1.0])), str(labels / f"case_{i:03d}.nii.gz"))
+    return root
+
+
+def test_volumes_are_in_millilitres_whatever_the_spacing(tmp_path):
+    coarse = _dataset(tmp_path / "coarse", n=2, spacing=(2.0, 2.0, 2.0))
+    volumes = label_volumes(coarse / "labelsTr", {"wm": [1], "csf": [2], "both": [1, 2]}, num_processes=2)
+    assert volumes["case"].tolist() == ["case_000", "case_001"]
+    assert volumes["wm"].tolist() == pytest.approx([64 * 8 / 1000] * 2)
+    assert volumes["both"].tolist() == pytest.approx([96 * 8 / 1000] * 2)
+
+
+def test_cli_finds_an_erased_structure_and_writes_the_table(tmp_path):
+    dataset = _dataset(tmp_path / "Dataset001_Toy")
+    groups = {f"case_{i:03d}": "control" for i in range(10)}
+    rows = corrupt_training_labels(dataset / "labelsTr", groups, 1, ["other"], seed=0, record=tmp_path / "noise.json")
+    assert rows[0]["kind"] == "erase"
+    erased = "wm" if "label 1" in rows[0]["what"] else "csf"
+    out = tmp_path / "audit.tsv"
+    result = run_converter("audit-labels", "-i", dataset, "-o", out, "-np", "2", raw=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"{rows[0]['case']}\t{erased}\tmissing" in result.stdout
+    assert "1 of 10 cases flagged" in result.stdout
+    table = pd.read_csv(out, sep="\t")
+    assert table[["case", "label", "flag"]].values.tolist() == [[rows[0]["case"], erased, "missing"]]
+
+
+def test_cli_without_dataset_json_is_a_one_line_error(tmp_path):
+    result = run_converter("audit-labels", "-i", tmp_path, raw=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "dataset.json" in result.stderr

@@ -42,18 +42,17 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     from nnunet_dro.atomic import write_text_atomic
     from nnunet_dro.data.label_audit import audit_volumes, dataset_labels, label_volumes
     from nnunet_dro.errors import UserError
+    from nnunet_dro.evaluation.api import default_num_processes
 
     dataset_json = args.dataset_dir / "dataset.json"
     if not dataset_json.is_file():
         raise UserError(f"{args.dataset_dir}: no dataset.json (expected an nnU-Net raw dataset folder)")
     labels = dataset_labels(dataset_json)
     file_ending = json.loads(dataset_json.read_text()).get("file_ending", ".nii.gz")
-    processes = args.num_processes or int(os.environ.get("nnUNet_def_n_proc", 8))
+    processes = args.num_processes or default_num_processes()
     volumes = label_volumes(args.dataset_dir / args.labels, labels, file_ending, processes)
     flags = audit_volumes(volumes, presence=args.presence, fence=args.fence)
     for row in flags.itertuples():

@@ -64,9 +64,12 @@ def dataset_labels(dataset_json: str | os.PathLike) -> dict[str, list[int]]:
 
 
 def _case_volumes(job: tuple[str, str, dict[str, list[int]]]) -> dict:
+    from nnunet_dro.data.nifti import check_complete_nifti, is_nifti
     from nnunet_dro.data.raw_dataset import read_label_array
 
     case, path, labels = job
+    if is_nifti(path):  # SimpleITK reads a truncated NIfTI file as zeros: a structure would look erased
+        check_complete_nifti(path)
     image, array = read_label_array(path)
     voxel_ml = float(np.prod(image.GetSpacing())) / 1000.0
     counts = dict(zip(*np.unique(array, return_counts=True)))

@@ -14,7 +14,7 @@ from nnunet_dro.data.label_audit import FLAG_COLUMNS, audit_volumes, dataset_lab
 from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.errors import UserError
 
-from converter_cli import run_converter
+from converter_cli import run_converter, truncate
 
 STEADY = [10.0, 11, 9, 10, 12, 10, 11, 9, 10, 10]
 
@@ -117,3 +117,11 @@ def test_cli_without_dataset_json_is_a_one_line_error(tmp_path):
     result = run_converter("audit-labels", "-i", tmp_path, raw=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "dataset.json" in result.stderr
+
+
+def test_cli_names_a_broken_label_file(tmp_path):
+    dataset = _dataset(tmp_path / "Dataset001_Toy")
+    truncate(dataset / "labelsTr" / "case_004.nii.gz")
+    result = run_converter("audit-labels", "-i", dataset, "-np", "2", raw=tmp_path)
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip().count("\n") == 0 and "case_004.nii.gz" in result.stderr

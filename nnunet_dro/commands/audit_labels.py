@@ -4,6 +4,8 @@ Per structure and case: a structure missing where nearly every case has it, or a
 outside the cohort's (:mod:`nnunet_dro.data.label_audit`). Example::
 
     nnunet_dro audit-labels -i $nnUNet_raw/Dataset500_FeTA -o label_audit.tsv
+    nnunet_dro audit-labels -i $nnUNet_raw/Dataset500_FeTA -groups $nnUNet_raw/Dataset500_FeTA/subgroups.tsv \\
+        --group-by condition     # fences within each condition: its real anatomy is not flagged
 """
 from __future__ import annotations
 
@@ -26,8 +28,13 @@ def register(subparsers) -> None:
     parser.add_argument("-i", dest="dataset_dir", type=Path, required=True, metavar="DATASET_DIR",
                         help="the raw dataset folder, e.g. $nnUNet_raw/Dataset500_FeTA (dataset.json, labelsTr)")
     parser.add_argument("-o", dest="output", type=Path, default=None, metavar="TSV",
-                        help="also write the flags as a table (case, label, flag, volume_ml, cohort_median_ml, "
-                             "low_fence_ml, high_fence_ml)")
+                        help="also write the flags as a table (case, label, flag, volume_ml, median_ml, low_fence_ml, "
+                             "high_fence_ml, group)")
+    parser.add_argument("-groups", default=None, metavar="TABLE",
+                        help="subgroup table (.tsv or .csv, column 'case'): with --group-by, presence and fences "
+                             "are taken within each group, so that a group's real anatomy is not flagged")
+    parser.add_argument("--group-by", default=None, metavar="COL",
+                        help="the column of -groups to audit within, e.g. condition")
     parser.add_argument("--labels", default="labelsTr", metavar="SUBFOLDER",
                         help="label folder inside DATASET_DIR. Default: labelsTr")
     parser.add_argument("--presence", type=fraction, default=0.9,
@@ -53,10 +60,26 @@ def run(args: argparse.Namespace) -> int:
     labels = dataset_labels(dataset_json)
     file_ending = json.loads(dataset_json.read_text()).get("file_ending", ".nii.gz")
     processes = args.num_processes or default_num_processes()
+    if (args.groups is None) != (args.group_by is None):
+        raise UserError("-groups and --group-by go together: the table and the column to audit within")
+    groups = None
+    if args.groups is not None:
+        from nnunet_dro.data.subgroups import read_subgroups
+
+        table = read_subgroups(args.groups)
+        if args.group_by not in table.columns:
+            raise UserError(f"{args.groups}: no column {args.group_by!r} (columns: {', '.join(table.columns)})")
+        groups = table.set_index("case")[args.group_by]
     volumes = label_volumes(args.dataset_dir / args.labels, labels, file_ending, processes)
-    flags = audit_volumes(volumes, presence=args.presence, fence=args.fence)
+    try:
+        flags = audit_volumes(volumes, presence=args.presence, fence=args.fence, groups=groups)
+    except UserError as error:
+        if groups is None:
+            raise
+        raise UserError(f"{args.groups}: {error}") from None
     for row in flags.itertuples():
-        print(f"{row.case}\t{row.label}\t{row.flag}\t{row.volume_ml:.3g} mL (cohort median {row.cohort_median_ml:.3g})")
+        where = "cohort" if groups is None else f"{row.group}"
+        print(f"{row.case}\t{row.label}\t{row.flag}\t{row.volume_ml:.3g} mL ({where} median {row.median_ml:.3g})")
     print(f"{flags['case'].nunique()} of {len(volumes)} cases flagged ({len(flags)} flags) in "
           f"{args.dataset_dir / args.labels}")
     if args.output is not None:

@@ -11,8 +11,9 @@ structure and case:
   have it (a structure erased, or never drawn);
 - ``small`` / ``large``: its volume (in mL, so that cases of different spacings compare) lies
   beyond Tukey's far-out fences of the cohort, ``fence`` interquartile ranges below the first or
-  above the third quartile of log volumes, among the cases that have it (two labels swapped, a
-  structure half drawn, another structure's label spilled into it).
+  above the third quartile of log volumes (and at least a factor 1.5 beyond them), among the cases
+  that have it (two labels swapped, a structure half drawn, another structure's label spilled
+  into it).
 
 It flags; it does not judge: a case with a resected structure, or a tumour without an enhancing
 part, is flagged rightly and labelled rightly. Open the flagged cases.
@@ -39,7 +40,10 @@ from nnunet_dro.errors import UserError
 
 #: fewest cases (with the structure) for a volume fence: quartiles of fewer say little
 MIN_CASES_FOR_FENCES = 8
-FLAG_COLUMNS = ["case", "label", "flag", "volume_ml", "cohort_median_ml", "low_fence_ml", "high_fence_ml"]
+#: the fences lie at least this factor beyond the quartiles: a group whose volumes barely vary
+#: (an interquartile range near 0) would otherwise flag any case a few voxels off
+MIN_FENCE_FACTOR = 1.5
+FLAG_COLUMNS = ["case", "label", "flag", "volume_ml", "median_ml", "low_fence_ml", "high_fence_ml", "group"]
 
 
 def dataset_labels(dataset_json: str | os.PathLike) -> dict[str, list[int]]:
@@ -92,13 +96,41 @@ def label_volumes(labels_dir: str | os.PathLike, labels: dict[str, list[int]], f
     return pd.DataFrame(rows, columns=["case", *labels])
 
 
-def audit_volumes(volumes: pd.DataFrame, presence: float = 0.9, fence: float = 3.0) -> pd.DataFrame:
+def audit_volumes(volumes: pd.DataFrame, presence: float = 0.9, fence: float = 3.0,
+                  groups: pd.Series | None = None) -> pd.DataFrame:
     """Flag the (case, label) pairs of a :func:`label_volumes` table, as the module docstring says;
-    one row per flag, sorted by case and label (columns :data:`FLAG_COLUMNS`)."""
+    one row per flag, sorted by case and label (columns :data:`FLAG_COLUMNS`; ``group`` is
+    ``all`` without ``groups``).
+
+    ``groups`` (case -> group, e.g. a subgroup table's ``condition``): presence and fences are taken
+    within each group, so that a group's real anatomy (enlarged ventricles in ventriculomegaly) is
+    not flagged against the majority's; every case of ``volumes`` must have a group.
+
+    >>> ventricles = [5.0, 5.4, 4.8, 5.1, 5.3, 4.9, 5.2, 5.0, 4.7, 5.5] * 3 + [20.0, 22, 18, 21, 25, 19, 23, 2]
+    >>> volumes = pd.DataFrame({"case": [f"c{i:02d}" for i in range(38)], "ventricles": ventricles})
+    >>> audit_volumes(volumes)[["case", "flag"]].values.tolist()  # one cohort: the rare group's anatomy
+    [['c30', 'large'], ['c31', 'large'], ['c32', 'large'], ['c33', 'large'], ['c34', 'large'], ['c35', 'large'], ['c36', 'large'], ['c37', 'small']]
+    >>> by_condition = pd.Series(["control"] * 30 + ["other"] * 8, index=volumes["case"])
+    >>> audit_volumes(volumes, groups=by_condition)[["case", "flag", "group"]].values.tolist()
+    [['c37', 'small', 'other']]
+    """
     if not 0 <= presence <= 1:
         raise UserError(f"presence {presence}: must be in [0, 1]")
     if fence <= 0:
         raise UserError(f"fence {fence}: must be positive")
+    if groups is None:
+        flags = _audit_cohort(volumes, presence, fence).assign(group="all")
+    else:
+        missing = sorted(set(volumes["case"]) - set(groups.dropna().index))
+        if missing:
+            raise UserError(f"no group for {len(missing)} case(s), e.g. {', '.join(missing[:3])}")
+        by_case = volumes["case"].map(groups)
+        flags = pd.concat([_audit_cohort(volumes[by_case == group], presence, fence).assign(group=group)
+                           for group in sorted(by_case.unique(), key=str)], ignore_index=True)
+    return flags.sort_values(["case", "label"], ignore_index=True)
+
+
+def _audit_cohort(volumes: pd.DataFrame, presence: float, fence: float) -> pd.DataFrame:
     rows = []
     for label in volumes.columns.drop("case"):
         volume = volumes[label].astype(float)
@@ -107,7 +139,8 @@ def audit_volumes(volumes: pd.DataFrame, presence: float = 0.9, fence: float = 3
         log_low = log_high = float("nan")  # compared in log space: equal volumes are never beyond a fence
         if present.sum() >= MIN_CASES_FOR_FENCES:
             q1, q3 = np.percentile(np.log(volume[present]), [25, 75])
-            log_low, log_high = q1 - fence * (q3 - q1), q3 + fence * (q3 - q1)
+            width = max(fence * (q3 - q1), np.log(MIN_FENCE_FACTOR))
+            log_low, log_high = q1 - width, q3 + width
         low, high = float(np.exp(log_low)), float(np.exp(log_high))
         for case, value, has in zip(volumes["case"], volume, present):
             if not has:
@@ -116,5 +149,5 @@ def audit_volumes(volumes: pd.DataFrame, presence: float = 0.9, fence: float = 3
                 flag = "small" if np.log(value) < log_low else "large" if np.log(value) > log_high else None
             if flag:
                 rows.append({"case": case, "label": label, "flag": flag, "volume_ml": float(value),
-                             "cohort_median_ml": median, "low_fence_ml": low, "high_fence_ml": high})
-    return pd.DataFrame(rows, columns=FLAG_COLUMNS).sort_values(["case", "label"], ignore_index=True)
+                             "median_ml": median, "low_fence_ml": low, "high_fence_ml": high})
+    return pd.DataFrame(rows, columns=FLAG_COLUMNS[:-1])

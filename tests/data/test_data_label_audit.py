@@ -32,6 +32,7 @@ CASES = {
     "a volume 10 times the rest: large": (_table(a=STEADY[:9] + [100.0]), [("c9", "a", "large")]),
     "a volume a tenth of the rest: small": (_table(a=STEADY[:9] + [1.0]), [("c9", "a", "small")]),
     "1.3 times the upper quartile stays inside the far-out fence": (_table(a=STEADY[:9] + [14.0]), []),
+    "a spread near 0 still needs a factor 1.5 beyond the quartiles": (_table(a=[10.0] * 9 + [14.0]), []),
     "equal volumes (no spread): nothing": (_table(a=[0.064] * 10), []),
     "fewer than 8 cases with the structure: no volume fence": (_table(a=[10.0, 11, 9, 10, 100.0]), []),
     "a structure nobody has: nothing": (_table(a=[0.0] * 10), []),
@@ -49,11 +50,10 @@ def test_flags(name):
 
 
 def test_presence_and_fence_are_the_users_to_set():
-    volumes = _table(a=STEADY[:7] + [0.0, 0.0, 14.0])
-    assert audit_volumes(volumes).empty
-    flags = audit_volumes(volumes, presence=0.8, fence=1.0)
-    assert [tuple(r) for r in flags[["case", "label", "flag"]].values] == [
-        ("c7", "a", "missing"), ("c8", "a", "missing"), ("c9", "a", "large")]
+    volumes = _table(a=STEADY[:7] + [0.0, 0.0, 30.0])
+    assert [tuple(r) for r in audit_volumes(volumes)[["case", "label", "flag"]].values] == [("c9", "a", "large")]
+    flags = audit_volumes(volumes, presence=0.8, fence=10.0)
+    assert [tuple(r) for r in flags[["case", "label", "flag"]].values] == [("c7", "a", "missing"), ("c8", "a", "missing")]
     for presence, fence in ((1.5, 3.0), (0.9, 0.0)):
         with pytest.raises(UserError):
             audit_volumes(volumes, presence=presence, fence=fence)
@@ -125,3 +125,39 @@ def test_cli_names_a_broken_label_file(tmp_path):
     result = run_converter("audit-labels", "-i", dataset, "-np", "2", raw=tmp_path)
     assert result.returncode == 2, result.stdout
     assert result.stderr.strip().count("\n") == 0 and "case_004.nii.gz" in result.stderr
+
+
+def test_within_groups_a_groups_anatomy_is_not_flagged():
+    ventricles = [5.0, 5.4, 4.8, 5.1, 5.3, 4.9, 5.2, 5.0, 4.7, 5.5] * 3 + [20.0, 22, 18, 21, 25, 19, 23, 20.5]
+    volumes = _table(ventricles=ventricles)
+    assert set(audit_volumes(volumes)["case"]) == {f"c{i}" for i in range(30, 38)}
+    groups = pd.Series(["control"] * 30 + ["other"] * 8, index=volumes["case"])
+    assert audit_volumes(volumes, groups=groups).empty
+    with pytest.raises(UserError, match="no group for 1 case"):
+        audit_volumes(volumes, groups=groups.drop("c37"))
+
+
+def test_cli_audits_within_the_groups_of_a_subgroup_table(tmp_path):
+    dataset = _dataset(tmp_path / "Dataset001_Toy")
+    table = tmp_path / "subgroups.tsv"
+    table.write_text("case\tcondition\n" + "".join(f"case_{i:03d}\t{'a' if i < 5 else 'b'}\n" for i in range(10)))
+    result = run_converter("audit-labels", "-i", dataset, "-groups", table, "--group-by", "condition", raw=tmp_path)
+    assert result.returncode == 0 and "0 of 10 cases flagged" in result.stdout, result.stderr
+    for extra, message in ((["-groups", table], "go together"), (["-groups", table, "--group-by", "centre"], "centre")):
+        result = run_converter("audit-labels", "-i", dataset, *extra, raw=tmp_path)
+        assert result.returncode == 2 and message in result.stderr and result.stderr.strip().count("\n") == 0
+
+
+def test_benchmark_script_finds_every_erased_structure_of_a_noisy_benchmark_cohort():
+    """scripts/benchmark_label_audit.py on one seed: the benchmark's cohort, its label noise, the audit."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_label_audit.py"
+    result = subprocess.run([sys.executable, str(script), "--seeds", "16", "--label-noise", "8"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line.split()}
+    assert rows["erase"] == ["3", "3", "3", "3", "3"]  # 3 erased; each flagged missing, both ways
+    assert rows["control"][1:] == ["0", "0", "0", "0"]  # no clean control flagged, either way

@@ -128,13 +128,13 @@ def exchange_paths(a: Path, b: Path) -> bool:
     raise OSError(error, os.strerror(error), str(a), None, str(b))
 
 
-def _carry_over(source: Path, target: Path) -> None:
+def link_tree(source: Path, target: Path) -> None:
     """Put ``source`` (a file, link or folder tree) at ``target``: hard links, copies where the
     file system has none. The original stays untouched."""
     if source.is_dir() and not source.is_symlink():
         target.mkdir()
         for entry in source.iterdir():
-            _carry_over(entry, target / entry.name)
+            link_tree(entry, target / entry.name)
         shutil.copystat(source, target, follow_symlinks=False)
         return
     try:
@@ -162,7 +162,7 @@ def replaced_folder(path: str | os.PathLike, keep: Callable[[str], bool]) -> Ite
         written = {p.name for p in new.iterdir()}
         for entry in path.iterdir():
             if entry.name not in written and keep(entry.name):
-                _carry_over(entry, new / entry.name)
+                link_tree(entry, new / entry.name)
         if exchange_paths(new, path):
             shutil.rmtree(new, ignore_errors=True)  # now the old folder
             return

@@ -70,7 +70,7 @@ class DuplicateCases(CaseTableError):
 def read_case_table(path: str | os.PathLike, case_column: str, *, what: str = "subgroup table",
                     default_separator: Optional[str] = None,
                     normalise_case: Optional[Callable[[str], str]] = None,
-                    case_column_hint: str = "check the separator") -> pd.DataFrame:
+                    case_column_hint: str = "check the separator", unique: bool = True) -> pd.DataFrame:
     """Read a case table; :class:`CaseTableError` if it is malformed.
 
     Args:
@@ -81,9 +81,11 @@ def read_case_table(path: str | os.PathLike, case_column: str, *, what: str = "s
         normalise_case: applied to every case identifier before the duplicate check (the
             evaluation strips file endings such as ``.nii.gz``).
         case_column_hint: advice appended when the case column is missing.
+        unique: one row per case (a second row is :class:`DuplicateCases`); False for tables with
+            several rows per case, such as a label audit's flags.
 
     Returns:
-        the table with a default index, one row per case in file order, every cell a stripped
+        the table with a default index, one row per case (per row with ``unique=False``) in file order, every cell a stripped
         string or NaN; the case column holds the (normalised) identifiers. A table with a header
         and no rows comes back empty: whether that is an error is the caller's choice.
     """
@@ -119,7 +121,7 @@ def read_case_table(path: str | os.PathLike, case_column: str, *, what: str = "s
         raise CaseTableError(f"{what} {path}: empty case identifier in row {line}")
     if normalise_case is not None:
         cases = cases.map(normalise_case)
-    duplicated = sorted(set(cases[cases.duplicated()]))
+    duplicated = sorted(set(cases[cases.duplicated()])) if unique else []
     if duplicated:
         raise DuplicateCases(f"{what} {path}: duplicate rows for case(s) {', '.join(duplicated[:5])}"
                              f"{' ...' if len(duplicated) > 5 else ''}", duplicated)

@@ -61,8 +61,8 @@ from nnunet_dro.workflows.benchmark_analysis import (BASELINE, DEFAULT_ARMS, har
                                                      targets_check, terminal_report, training_fit,
                                                      training_fit_section)
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_FILENAME
-from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, FURTHER_RESULTS, JTT_ARM, JTT_SETTINGS, Budget, Cohort,
-                                           Workspace, convergence_line, progress_filter)
+from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, AUDIT_EXCLUDED_RECORD, FURTHER_RESULTS, JTT_ARM, JTT_SETTINGS,
+                                           Budget, Cohort, Workspace, convergence_line, progress_filter)
 
 DATASET_ID = 991
 DATASET_NAME = "SyntheticFetalBenchmark"
@@ -75,9 +75,11 @@ def record_files(ws: Workspace, arm: str, trainer: str) -> list[Path]:
     cohort settings, the subgroup table, the arm's result and per-case Dice, its hardness report if
     it has one, its case-weight table if it trained with one (the JTT arm's error set), its Dice on
     the larger test set and on its training cases if they were scored (``--large-test``,
-    ``--training-fit``), and which training cases had their labels corrupted (``--label-noise``:
-    without it the record could not say how often the noisy cases were drawn)."""
-    files = [ws.folder / "cohort.json", ws.folder / LABEL_NOISE_RECORD, ws.raw / SUBGROUPS_FILENAME,
+    ``--training-fit``), which training cases had their labels corrupted (``--label-noise``:
+    without it the record could not say how often the noisy cases were drawn) and which the audit
+    took out (``--exclude-flagged``)."""
+    files = [ws.folder / "cohort.json", ws.folder / LABEL_NOISE_RECORD, ws.folder / AUDIT_EXCLUDED_RECORD,
+             ws.raw / SUBGROUPS_FILENAME,
              ws.arm_folder(arm) / "result.json",
              ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer),
              ws.arm_folder(arm) / CASE_WEIGHTS_FILENAME,
@@ -124,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="corrupt the labels of K training cases (half from the minorities; in turn a structure "
                              "erased, two labels swapped, the mask shifted), seeded; the test cases stay clean; the "
                              "report gives each arm's share of draws on them. Default: 0 (clean)")
+    parser.add_argument("--exclude-flagged", action="store_true",
+                        help="after the label noise, run 'nnunet_dro audit-labels' on the training labels (within "
+                             "condition, its defaults) and train every arm without the flagged cases, as a user who "
+                             "drops every flagged case would; the test cases are kept. Default: off")
     parser.add_argument("-o", dest="output", default="results/robustness",
                         help="output and working folder. Default: results/robustness")
     parser.add_argument("-device", default="cpu", choices=["cpu", "cuda", "mps"], help="Default: cpu")
@@ -184,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     say = lambda text: print(text, flush=True)  # noqa: E731
     tables, large_tables, training_tables, run_rows = [], [], [], []
     for seed in seeds:
-        cohort = Cohort(args.n_train, args.n_test, args.size, seed, args.label_noise)
+        cohort = Cohort(args.n_train, args.n_test, args.size, seed, args.label_noise, args.exclude_flagged)
         folder = runs_folder / f"seed_{seed}"
         if args.report_only and not folder.is_dir():
             continue
@@ -209,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
             summary.update({f"draw_share_{group}": share for group, share in ws.draw_shares(trainer, finished=True).items()},
                            minority_hardness_auc=ws.minority_hardness_auc(trainer),
                            busiest_case_draws=ws.busiest_case_draws(trainer),
-                           noisy_draw_share=ws.noisy_draw_share(trainer), noisy_cases=len(ws.noisy_cases()))
+                           noisy_draw_share=ws.noisy_draw_share(trainer), noisy_cases=len(ws.noisy_cases()),
+                           training_cases=ws.training_case_count())
             say(convergence_line(f"{arm} seed {seed}", summary))
             if args.large_test and not args.report_only:
                 ws.score_further(arm, trainer, "large_test", LARGE_TEST_DATASET_ID, args.device)
@@ -236,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     targets = targets_check(by_seed, paired, runs, hardest)
     settings = {"seeds": sorted(set(runs["seed"])), "arms": [a for a in arms if a in set(runs["arm"])],
                 "cohort": {"n_train": args.n_train, "n_test": args.n_test, "size": args.size,
-                           "label_noise": args.label_noise},
+                           "label_noise": args.label_noise, "exclude_flagged": args.exclude_flagged},
                 "budget": ("CPU budget defaults: 120 epochs x 25 iterations" if budget == Budget()
                            else f"overridden: {budget}"),
                 "device": args.device, "seconds": round(time.perf_counter() - started, 1), "runs": str(runs_folder)}

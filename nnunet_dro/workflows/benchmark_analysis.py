@@ -615,7 +615,8 @@ def plot_tradeoff(path: Path, by_seed: pd.DataFrame, hardest: dict[str, str], ar
 
 def label_noise_section(runs: pd.DataFrame, n_train: int) -> list[str]:
     """With ``--label-noise``: each arm's share of the training draws on the noisy cases against
-    uniform sampling's (their share of the training cases), mean over seeds; nothing otherwise.
+    uniform sampling's (their share of the training cases: ``n_train``, or the runs'
+    ``training_cases`` where the audit took some out), mean over seeds; nothing otherwise.
 
     >>> runs = pd.DataFrame({"arm": ["ERM", "DRO"], "seed": [0, 0], "noisy_cases": [4, 4],
     ...                      "noisy_draw_share": [0.1, 0.3]})
@@ -632,6 +633,9 @@ def label_noise_section(runs: pd.DataFrame, n_train: int) -> list[str]:
     for arm, rows in runs.groupby("arm", sort=False):
         share = float(np.nanmean(rows["noisy_draw_share"].astype(float)))
         cases = int(rows["noisy_cases"].max())
-        lines.append(f"| {arm} | {len(rows)} | {cases} | {share:.3f} | {share / (cases / n_train):.1f} |")
+        trained = float(np.nanmean(rows["training_cases"].astype(float))) if "training_cases" in rows else n_train
+        uniform = cases / trained
+        times = f"{share / uniform:.1f}" if uniform > 0 else "-"  # every noisy case taken out by the audit
+        lines.append(f"| {arm} | {len(rows)} | {cases} | {share:.3f} | {times} |")
     return lines + [""]
 

@@ -25,7 +25,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from nnunet_dro.atomic import write_text_atomic
+from nnunet_dro.atomic import replaced_folder, write_text_atomic
+from nnunet_dro.data.exclude_cases import EXCLUDED_FILENAME, write_dataset_without
+from nnunet_dro.data.label_audit import audit_volumes, dataset_labels, label_volumes
 from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
@@ -44,6 +46,8 @@ FOLD = "all"
 GROUP_COLUMN = "condition"
 MAJORITY_GROUP = "control"
 MINORITY_GROUPS = ("spina_bifida", "other")
+#: ``exclude_flagged``: which training cases the audit took out, and why (beside ``label_noise.json``)
+AUDIT_EXCLUDED_RECORD = "audit_excluded.json"
 REGIONS = "feta"
 #: "ERM has learned the majority": every region's mean Dice of the controls at least this.
 CONVERGED_DICE = 80.0
@@ -101,6 +105,9 @@ class Cohort:
     seed: int = 0
     #: training cases whose labels are corrupted (:mod:`nnunet_dro.data.label_noise`); test cases stay clean
     label_noise: int = 0
+    #: train without the cases ``audit-labels`` flags (within condition, its defaults), after the
+    #: label noise: what a user who drops every flagged case would train on (:meth:`Workspace.prepare`)
+    exclude_flagged: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,8 @@ class Workspace:
         path = self.folder / "cohort.json"
         wanted = asdict(self.cohort)
         if path.is_file():
-            found = {"label_noise": 0, **json.loads(path.read_text())}  # folders made before label noise existed
+            # folders made before label noise and the audit's exclusion existed
+            found = {"label_noise": 0, "exclude_flagged": False, **json.loads(path.read_text())}
             if found != wanted:
                 raise UserError(f"{path}: this folder was made with cohort {found}, not {wanted}; use the same "
                                 f"cohort settings, another output folder, or --overwrite")
@@ -180,6 +188,8 @@ class Workspace:
             fresh.replace(record)
             self.echo(f"  label noise: {len(rows)} training cases corrupted ("
                       + ", ".join(f"{r['case']} {r['group']}: {r['what']}" for r in rows) + ")")
+        if c.exclude_flagged and not (self.raw / EXCLUDED_FILENAME).is_file():
+            subgroups = self._exclude_flagged(subgroups)
         if not self._preprocessed():
             self.echo("  nnUNetv2_plan_and_preprocess")
             # nnU-Net's planner calls torch.set_num_threads(nnUNet_n_proc_DA), which fails for 0
@@ -190,11 +200,45 @@ class Workspace:
         write_split_table(subgroups, "test", self.folder / "subgroups_test.tsv")
         return subgroups
 
+    def _exclude_flagged(self, subgroups: pd.DataFrame) -> pd.DataFrame:
+        """Audit the training labels within condition (``audit-labels``' defaults) and take every
+        flagged case out of the raw dataset (:func:`~nnunet_dro.data.exclude_cases.write_dataset_without`,
+        the raw folder replaced in one rename; its ``excluded_cases.tsv`` marks it done). The
+        exclusion is recorded in ``audit_excluded.json``; a record that names other cases (a seed
+        folder restored from a record) is refused. Returns the new subgroup table."""
+        if (self.preprocessed / "nnUNetPlans.json").is_file():
+            raise UserError(f"{self.folder}: preprocessed without the audit's exclusion asked for now; use another "
+                            f"output folder or --overwrite")
+        train = subgroups[subgroups["split"] == "train"]
+        volumes = label_volumes(self.raw / "labelsTr", dataset_labels(self.raw / "dataset.json"),
+                                num_processes=int(self.env["nnUNet_def_n_proc"]))
+        flags = audit_volumes(volumes, groups=train.set_index("case")[GROUP_COLUMN])
+        reasons = {case: "; ".join(f"{r.label} {r.flag}" for r in rows.itertuples())
+                   for case, rows in flags.groupby("case")}
+        rows = [{"case": case, "group": str(train.set_index("case").at[case, GROUP_COLUMN]), "reason": reason}
+                for case, reason in sorted(reasons.items())]
+        record = self.folder / AUDIT_EXCLUDED_RECORD
+        if record.is_file() and json.loads(record.read_text()) != rows:
+            (self.raw / "dataset.json").unlink()  # generate again next time
+            raise UserError(f"{record}: records other excluded cases than the audit gives now; use another "
+                            f"output folder or --overwrite")
+        with replaced_folder(self.raw, keep=lambda name: False) as new:
+            write_dataset_without(self.raw, new, reasons)
+        write_text_atomic(record, json.dumps(rows, indent=2))
+        self.echo(f"  audit: {len(rows)} flagged training case(s) left out ("
+                  + ", ".join(f"{r['case']} {r['group']}: {r['reason']}" for r in rows) + ")")
+        return read_subgroups(self.raw / SUBGROUPS_FILENAME)
+
     def _preprocessed(self) -> bool:
         """Planned and every training case preprocessed (an interrupted run can leave plans only)."""
         cases = self.preprocessed / f"nnUNetPlans_{CONFIGURATION}"
         return ((self.preprocessed / "nnUNetPlans.json").is_file() and cases.is_dir()
-                and len(list(cases.glob("*.pkl"))) == self.cohort.n_train)
+                and len(list(cases.glob("*.pkl"))) == self._raw_training_count())
+
+    def _raw_training_count(self) -> int:
+        """The raw dataset's ``numTraining`` (the cohort's, less any case the audit took out)."""
+        meta = self.raw / "dataset.json"
+        return int(json.loads(meta.read_text())["numTraining"]) if meta.is_file() else self.cohort.n_train
 
     # ------------------------------------------------------------------ one arm
     def arm_folder(self, arm: str) -> Path:
@@ -251,9 +295,17 @@ class Workspace:
         return {str(g): float(v) / total for g, v in counts.items()} if total > 0 else {}
 
     def noisy_cases(self) -> list[str]:
-        """The training cases whose labels were corrupted (none without label noise)."""
+        """The training cases whose labels were corrupted and that are trained on (none without label
+        noise; those the audit took out are not)."""
         record = self.folder / LABEL_NOISE_RECORD
-        return [row["case"] for row in json.loads(record.read_text())] if record.is_file() else []
+        if not record.is_file():
+            return []
+        trained = set(self._training_groups()["case"])
+        return [row["case"] for row in json.loads(record.read_text()) if row["case"] in trained]
+
+    def training_case_count(self) -> int:
+        """How many cases the arms train on: the cohort's, less any the audit took out."""
+        return len(self._training_groups())
 
     def noisy_draw_share(self, trainer: str) -> float:
         """Share of the training draws that went to the noisy cases (uniform sampling: their share of
@@ -264,7 +316,7 @@ class Workspace:
             return float("nan")
         report = self._hardness_report(trainer)
         if report is None:
-            return len(noisy) / self.cohort.n_train
+            return len(noisy) / self.training_case_count()
         total = float(report["times_drawn"].sum())
         return float(report.loc[report["case"].isin(noisy), "times_drawn"].sum()) / total if total > 0 else float("nan")
 

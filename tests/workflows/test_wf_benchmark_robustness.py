@@ -729,3 +729,53 @@ def _check_jtt_arm(seed: Path, record: Path, printed: str, n_train: int = 10) ->
             / "nnUNetTrainerCaseWeights_CPUBudget_JTT__nnUNetPlans__3d_fullres" / "fold_all")
     assert f"case weights from {table_file}" in next(fold.glob("training_log_*.txt")).read_text()
     assert (record / "runs" / seed.name / "arms" / "JTT" / "case_weights.tsv").read_text() == table_file.read_text()
+
+
+@pytest.mark.slow
+def test_exclude_flagged_trains_without_the_cases_the_audit_flags(bench, tmp_path, capsys):
+    """--exclude-flagged: after the label noise the audit (within condition) takes its flagged cases
+    out of the raw dataset before preprocessing; every arm trains on what is left, the test cases
+    are kept, the report's uniform share counts the cases trained on, and a seed folder restored
+    from a record takes out the same cases again (a record naming others is refused)."""
+    from nnunet_dro.workflows.pipeline import AUDIT_EXCLUDED_RECORD, Cohort, Workspace
+
+    out, record = tmp_path / "bench", tmp_path / "record"
+    cohort = Cohort(n_train=30, n_test=6, size=16, seed=0, label_noise=3, exclude_flagged=True)
+    ws = Workspace(out / "runs" / "seed_0", 991, "SyntheticFetalBenchmark", cohort, echo=lambda text: None)
+    ws.prepare()
+    noise = json.loads((ws.folder / "label_noise.json").read_text())
+    excluded = json.loads((ws.folder / AUDIT_EXCLUDED_RECORD).read_text())
+    erased = [r["case"] for r in noise if r["kind"] == "erase"]
+    gone = {r["case"] for r in excluded}
+    assert erased and set(erased) <= gone  # the erased structure is what the audit finds
+    trained = {p.name[:-len(".nii.gz")] for p in (ws.raw / "labelsTr").iterdir()}
+    assert not gone & trained and len(trained) == 30 - len(gone)
+    assert not any(p.name.startswith(tuple(f"{c}_" for c in gone)) for p in (ws.raw / "imagesTr").iterdir())
+    assert len(list((ws.raw / "labelsTs").iterdir())) == 6  # the test cases are kept
+    assert json.loads((ws.raw / "dataset.json").read_text())["numTraining"] == len(trained)
+    assert set(ws._training_groups()["case"]) == trained and ws._preprocessed()
+    assert ws.noisy_cases() == [r["case"] for r in noise if r["case"] not in gone]
+
+    args = ["--seeds", "1", "--arms", "ERM", "--epochs", "1", "--iterations", "2", "--n-train", "30", "--n-test", "6",
+            "--size", "16", "--label-noise", "3", "--exclude-flagged", "-o", str(out), "--export-record", str(record)]
+    assert bench.main(args) == 0
+    runs = pd.read_csv(out / "runs.csv").set_index("arm")
+    assert runs.loc["ERM", "training_cases"] == len(trained)
+    assert runs.loc["ERM", "noisy_draw_share"] == pytest.approx(len(ws.noisy_cases()) / len(trained))
+    assert (record / "runs" / "seed_0" / AUDIT_EXCLUDED_RECORD).read_text() == (ws.folder / AUDIT_EXCLUDED_RECORD).read_text()
+    capsys.readouterr()
+    assert bench.main([a for a in args if a != "--exclude-flagged"][:-2]) == 2  # the folder holds the audited cohort
+    assert "exclude_flagged" in capsys.readouterr().err
+
+    kept = (ws.folder / AUDIT_EXCLUDED_RECORD).read_text()
+    shutil.rmtree(ws.folder / "nnunet")  # what a restored record lacks: the raw images, the preprocessed data
+    ws.prepare()
+    assert (ws.folder / AUDIT_EXCLUDED_RECORD).read_text() == kept
+    assert {p.name[:-len(".nii.gz")] for p in (ws.raw / "labelsTr").iterdir()} == trained
+    rows = json.loads(kept)
+    rows[0]["case"] = "fetal_999"
+    (ws.folder / AUDIT_EXCLUDED_RECORD).write_text(json.dumps(rows))
+    shutil.rmtree(ws.folder / "nnunet")
+    with pytest.raises(UserError, match=AUDIT_EXCLUDED_RECORD):
+        ws.prepare()
+    assert not (ws.raw / "dataset.json").is_file()

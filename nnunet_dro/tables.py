@@ -85,9 +85,10 @@ def read_case_table(path: str | os.PathLike, case_column: str, *, what: str = "s
             several rows per case, such as a label audit's flags.
 
     Returns:
-        the table with a default index, one row per case (per row with ``unique=False``) in file order, every cell a stripped
-        string or NaN; the case column holds the (normalised) identifiers. A table with a header
-        and no rows comes back empty: whether that is an error is the caller's choice.
+        the table with a default index, one row per case (per row with ``unique=False``) in file
+        order, every cell a stripped string or NaN; the case column holds the (normalised)
+        identifiers. A table with a header and no rows comes back empty: whether that is an error
+        is the caller's choice.
     """
     path = Path(path)
     if not path.is_file():

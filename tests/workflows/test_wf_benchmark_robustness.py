@@ -515,7 +515,7 @@ def test_export_record_keeps_what_the_tables_are_made_from(bench, tmp_path):
 def test_export_record_keeps_the_label_noise_record(bench, tmp_path):
     """With --label-noise the record keeps which cases were corrupted, so --report-only on it gives
     the same share of draws on them as the runs (the DRO arm drew c8 30 and c0 5 of 90 times; ERM
-    their share of the 177 cases of the stored cohort)."""
+    their share of the training cases, the 10 of the kept subgroup table)."""
     runs, record = tmp_path / "results", tmp_path / "record"
     arms = {"ERM": ("nnUNetTrainer_CPUBudget", 0.0), "DROAdaptive": ("DROTrainer", 6.0)}
     _stored_seed(runs, 3, arms, noisy=("c8", "c0"))
@@ -525,7 +525,7 @@ def test_export_record_keeps_the_label_noise_record(bench, tmp_path):
     assert bench.main(common + ["-o", str(record)]) == 0
     for folder in (runs, record):
         shares = pd.read_csv(folder / "runs.csv").set_index("arm")["noisy_draw_share"]
-        assert shares["DROAdaptive"] == pytest.approx(35 / 90) and shares["ERM"] == pytest.approx(2 / 177)
+        assert shares["DROAdaptive"] == pytest.approx(35 / 90) and shares["ERM"] == pytest.approx(2 / 10)
         assert "## Label noise: are the noisy cases chased?" in (folder / "summary.md").read_text()
 
 

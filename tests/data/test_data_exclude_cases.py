@@ -135,6 +135,16 @@ def test_cli_after_an_audit_and_nnunets_integrity_check_accepts_the_result(tmp_p
     assert len(fingerprint["spacings"]) == 11
 
 
+@pytest.fixture(scope="module")
+def small_raw(tmp_path_factory) -> Path:
+    """One synthetic raw dataset (6 training cases) and an audit table, shared read-only by the
+    bad-input cases (each asserts that nothing is written)."""
+    raw = tmp_path_factory.mktemp("bad_input") / "nnUNet_raw"
+    _fetal(raw, n_train=6)
+    (raw.parent / "audit.tsv").write_text("case\tlabel\tflag\nfetal_000\tcerebellum\tmissing\n")
+    return raw
+
+
 @pytest.mark.parametrize("args, message", [
     (["--cases", "nope", "-d", "202"], "no training case 'nope'"),
     (["--cases", "fetal_000", "--flags", "missing", "-d", "202"], "--flags selects rows of -table"),
@@ -143,12 +153,11 @@ def test_cli_after_an_audit_and_nnunets_integrity_check_accepts_the_result(tmp_p
     (["--cases", "fetal_000", "-d", "201", "-n", "Fetal"], "already exists"),
     (["--cases", "fetal_000", "-d", "201", "-n", "Fetal", "--overwrite"], "the input dataset itself"),
 ])
-def test_cli_bad_input_is_a_one_line_error_and_writes_nothing(tmp_path, args, message):
-    raw = tmp_path / "nnUNet_raw"
-    source = _fetal(raw, n_train=6)
-    (tmp_path / "audit.tsv").write_text("case\tlabel\tflag\nfetal_000\tcerebellum\tmissing\n")
+def test_cli_bad_input_is_a_one_line_error_and_writes_nothing(small_raw, args, message):
+    raw = small_raw
     before = listing(raw)
-    result = run_converter("exclude-cases", "-i", source, *[a.format(tmp=tmp_path) for a in args], raw=raw)
+    result = run_converter("exclude-cases", "-i", raw / "Dataset201_Fetal", *[a.format(tmp=raw.parent) for a in args],
+                           raw=raw)
     assert result.returncode == 2, result.stdout
     assert result.stderr.strip().count("\n") == 0 and message in result.stderr, result.stderr
     assert listing(raw) == before

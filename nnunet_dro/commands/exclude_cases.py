@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 def table_reasons(path: str, flags: str | None) -> dict[str, str]:
     """Case -> why, from an audit-labels table (its flag and label joined per case) or any table with
     a ``case`` column; ``flags`` (comma-separated) keeps only the rows of those flags."""
+    from nnunet_dro.data.exclude_cases import reasons_from_flags
     from nnunet_dro.errors import UserError
     from nnunet_dro.tables import read_case_table
 
@@ -81,9 +82,4 @@ def table_reasons(path: str, flags: str | None) -> dict[str, str]:
             raise UserError(f"--flags {flags}: none in {path} (flags there: "
                             f"{', '.join(sorted(set(table['flag'].dropna()))) or 'none'})")
         table = table[table["flag"].isin(wanted)]
-    reasons: dict[str, list[str]] = {}
-    for row in table.itertuples(index=False):
-        row = row._asdict()
-        why = " ".join(str(row[c]) for c in ("label", "flag") if c in row and str(row[c]) != "nan")
-        reasons.setdefault(str(row["case"]), []).append(why or f"listed in {path}")
-    return {case: "; ".join(whys) for case, whys in reasons.items()}
+    return reasons_from_flags(table, f"listed in {path}")

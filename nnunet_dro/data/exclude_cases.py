@@ -53,7 +53,29 @@ def training_cases(dataset_dir: str | os.PathLike) -> list[str]:
     """The training case identifiers of a raw dataset: its ``labelsTr`` file names without the
     file ending of ``dataset.json``."""
     dataset_dir = Path(dataset_dir)
-    ending = _dataset_json(dataset_dir).get("file_ending", ".nii.gz")
+    return _training_cases(dataset_dir, _dataset_json(dataset_dir).get("file_ending", ".nii.gz"))
+
+
+def reasons_from_flags(table: pd.DataFrame, fallback: str) -> dict[str, str]:
+    """Case -> why it is left out, from a table with a ``case`` column: the ``label`` and ``flag``
+    of each of its rows (the columns ``audit-labels`` writes), joined per case with ``"; "``;
+    ``fallback`` for a row that has neither.
+
+    >>> reasons_from_flags(pd.DataFrame({"case": ["b", "a", "b"], "label": ["CSF", "WM", "GM"],
+    ...                                  "flag": ["missing", "small", "missing"]}), "listed")
+    {'b': 'CSF missing; GM missing', 'a': 'WM small'}
+    >>> reasons_from_flags(pd.DataFrame({"case": ["a"]}), "listed in cases.tsv")
+    {'a': 'listed in cases.tsv'}
+    """
+    columns = [c for c in ("label", "flag") if c in table.columns]
+    reasons: dict[str, list[str]] = {}
+    for row in table.to_dict("records"):
+        why = " ".join(str(row[c]) for c in columns if not pd.isna(row[c]))
+        reasons.setdefault(str(row["case"]), []).append(why or fallback)
+    return {case: "; ".join(whys) for case, whys in reasons.items()}
+
+
+def _training_cases(dataset_dir: Path, ending: str) -> list[str]:
     labels = dataset_dir / "labelsTr"
     if not labels.is_dir():
         raise UserError(f"{dataset_dir}: no labelsTr folder")
@@ -71,7 +93,7 @@ def write_dataset_without(source: str | os.PathLike, target: str | os.PathLike,
     source, target = Path(source), Path(target)
     meta = _dataset_json(source)
     ending = meta.get("file_ending", ".nii.gz")
-    cases = training_cases(source)
+    cases = _training_cases(source, ending)
     left_out = sorted(reasons)
     unknown = sorted(set(left_out) - set(cases))
     if unknown:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from nnunet_dro.atomic import replaced_folder, write_text_atomic
-from nnunet_dro.data.exclude_cases import EXCLUDED_FILENAME, write_dataset_without
+from nnunet_dro.data.exclude_cases import EXCLUDED_FILENAME, reasons_from_flags, write_dataset_without
 from nnunet_dro.data.label_audit import audit_volumes, dataset_labels, label_volumes
 from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.label_noise import corrupt_training_labels
@@ -212,10 +212,9 @@ class Workspace:
         train = subgroups[subgroups["split"] == "train"]
         volumes = label_volumes(self.raw / "labelsTr", dataset_labels(self.raw / "dataset.json"),
                                 num_processes=int(self.env["nnUNet_def_n_proc"]))
-        flags = audit_volumes(volumes, groups=train.set_index("case")[GROUP_COLUMN])
-        reasons = {case: "; ".join(f"{r.label} {r.flag}" for r in rows.itertuples())
-                   for case, rows in flags.groupby("case")}
-        rows = [{"case": case, "group": str(train.set_index("case").at[case, GROUP_COLUMN]), "reason": reason}
+        groups = train.set_index("case")[GROUP_COLUMN]
+        reasons = reasons_from_flags(audit_volumes(volumes, groups=groups), fallback="audit flag")
+        rows = [{"case": case, "group": str(groups[case]), "reason": reason}
                 for case, reason in sorted(reasons.items())]
         record = self.folder / AUDIT_EXCLUDED_RECORD
         if record.is_file() and json.loads(record.read_text()) != rows:

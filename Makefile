@@ -20,7 +20,7 @@ install: $(STAMP)
 
 # one pytest worker per core (at most 4), whole test files per worker: tests/conftest.py
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup --no-loadscope-reorder --durations=25
 
 # about 20 minutes on 2 cores: the workflow, and whether nnU-Net's budget sufficed (its last line)
 demo: $(STAMP)

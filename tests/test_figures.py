@@ -74,6 +74,7 @@ def test_readme_figures_are_the_records():
 #: record arm -> the row label of the alternatives table in docs/evidence.md
 ALTERNATIVE_ROWS = {
     "ERM": "ERM (Dice)",
+    "ERM_repeat": "ERM trained again (`ERM_repeat`, a rerun: no method) - ERM",
     "DROAdaptive_untilLearned": "default `nnUNetTrainerDROAdaptive` - ERM",
     "DiceTopK10": "`nnUNetTrainerDiceTopK10Loss` - ERM",
     "TopK10": "`nnUNetTrainerTopk10Loss` - ERM",

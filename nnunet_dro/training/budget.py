@@ -171,4 +171,15 @@ class nnUNetTrainerCaseWeights_CPUBudget_JTT(BUDGET_TRAINERS["nnUNetTrainerCaseW
 
 
 BUDGET_TRAINERS[nnUNetTrainerCaseWeights_CPUBudget_JTT.__name__] = nnUNetTrainerCaseWeights_CPUBudget_JTT
+
+
+class nnUNetTrainerDROAdaptive_CPUBudget_repeat(BUDGET_TRAINERS["nnUNetTrainerDROAdaptive_CPUBudget"]):
+    """The default DRO trainer again, in a results folder of its own (the benchmark's
+    ``DROAdaptive_repeat`` arm): a second run of the default on a cohort that already has one, so
+    that the default can be trained under the same conditions as an arm it is compared with
+    (threads, cores) and still be paired with the ERM run of that cohort. Same setting, same
+    initial weights and draw seed; the augmentation workers are unseeded, as for ``ERM_repeat``."""
+
+
+BUDGET_TRAINERS[nnUNetTrainerDROAdaptive_CPUBudget_repeat.__name__] = nnUNetTrainerDROAdaptive_CPUBudget_repeat
 globals().update(BUDGET_TRAINERS)  # module attributes, so nnU-Net's lookup by name finds them

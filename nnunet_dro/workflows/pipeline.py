@@ -75,7 +75,8 @@ LEGACY_ARMS = {
     "DROAdaptive_untilLearned": "nnUNetTrainerDROAdaptive_CPUBudget",
 }
 #: arm -> CPU-budget trainer: every budget trainer under its arm name (the trainer's name without
-#: ``nnUNetTrainer``, ERM for nnU-Net's), ERM run again (ERM_repeat), and the record's arm names
+#: ``nnUNetTrainer``, ERM for nnU-Net's), ERM and the default run again (ERM_repeat, DROAdaptive_repeat),
+#: and the record's arm names
 #: short names for nnU-Net's own alternatives (the arms of the comparison with what users try first)
 NNUNET_ALTERNATIVE_ARMS = {"DiceTopK10": "nnUNetTrainerDiceTopK10Loss_CPUBudget",
                            "TopK10": "nnUNetTrainerTopk10Loss_CPUBudget",
@@ -87,7 +88,8 @@ NNUNET_ALTERNATIVE_ARMS = {"DiceTopK10": "nnUNetTrainerDiceTopK10Loss_CPUBudget"
 JTT_ARM = "JTT"
 JTT_SETTINGS = {"fraction": 0.2, "rule": "worst-dice", "upweight": 5.0}
 ARM_TRAINERS = {**{arm_name(name): name for name in BUDGET_TRAINERS if name.endswith("_CPUBudget")},
-                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat", **LEGACY_ARMS, **NNUNET_ALTERNATIVE_ARMS,
+                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat", "DROAdaptive_repeat": "nnUNetTrainerDROAdaptive_CPUBudget_repeat",
+                **LEGACY_ARMS, **NNUNET_ALTERNATIVE_ARMS,
                 JTT_ARM: "nnUNetTrainerCaseWeights_CPUBudget_JTT"}
 
 

@@ -28,7 +28,9 @@ targets check; per seed, each arm's p10 difference on each minority's hardest st
 bootstrap interval over the test cases (``p10_intervals.csv``: is that seed's difference more than
 the draw of test cases?); with ``--large-test N`` the headline again on N further test cases per
 group scored by the same networks; with ``--training-fit`` each minority's hardest structure on the
-training cases beside the test cases; ``robustness_tradeoff.png`` (minority p10 on its hardest
+training cases beside the test cases; with ``--also-against ARM`` those p10 intervals against
+another arm trained under the same conditions (``ERM_repeat``, ``DROAdaptive_repeat``);
+``robustness_tradeoff.png`` (minority p10 on its hardest
 structure against the controls' mean Dice, one point per arm and seed).
 
     python scripts/benchmark_robustness.py                                  # 3 seeds x 5 arms
@@ -53,7 +55,8 @@ from nnunet_dro.atomic import atomic_path, write_text_atomic
 from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
-from nnunet_dro.workflows.benchmark_analysis import (BASELINE, DEFAULT_ARMS, hardest_regions, large_test_section,
+from nnunet_dro.workflows.benchmark_analysis import (BASELINE, DEFAULT_ARMS, against_section, hardest_regions,
+                                                     large_test_section,
                                                      label_noise_section, learning_time_section, markdown_report,
                                                      p10_interval_section,
                                                      p10_intervals, paired_comparison, parse_arms, parse_seeds,
@@ -147,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="torch's threads in each training (default: nnU-Net's choice on CPU, every core). Two "
                              "benchmarks side by side on 2 cores, each started under 'taskset -c <core>' with "
                              "--torch-threads 1, finish about 1.2 times sooner than one after the other")
+    parser.add_argument("--also-against", metavar="ARM", default=None,
+                        help="also pair every arm with ARM, one of --arms other than ERM (e.g. ERM_repeat or "
+                             "DROAdaptive_repeat: a run trained under the same conditions as the arms it is read "
+                             "against): each arm's p10 difference to it on the minorities' hardest structures, per "
+                             "seed with bootstrap intervals, on the test cases and the larger test set "
+                             "(p10_intervals_vs_ARM.csv, p10_intervals_large_test_vs_ARM.csv, a section of "
+                             "summary.md). Default: none")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: make the tables from the stored results of the requested seeds/arms")
     parser.add_argument("--overwrite", action="store_true",
@@ -171,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
     seeds, arms = parse_seeds(args.seeds), parse_arms(args.arms)
     if BASELINE not in arms:
         raise UserError(f"--arms {args.arms!r}: the comparison needs the {BASELINE} arm")
+    if args.also_against is not None and (args.also_against not in arms or args.also_against == BASELINE):
+        raise UserError(f"--also-against {args.also_against!r}: expected one of the other arms of --arms "
+                        f"({', '.join(a for a in arms if a != BASELINE) or 'none'})")
     for flag, value, low in (("--epochs", args.epochs, 1), ("--iterations", args.iterations, 1),
                              ("--n-train", args.n_train, 5), ("--n-test", args.n_test, 3), ("--size", args.size, 16),
                              ("--large-test", args.large_test, 0), ("--label-noise", args.label_noise, 0),
@@ -264,6 +277,15 @@ def run(args: argparse.Namespace) -> int:
         large_intervals = p10_intervals(large, hardest)
         write_text_atomic(out / "p10_intervals_large_test.csv", large_intervals.to_csv(index=False))
         sections += large_test_section(large, runs, hardest, settings["arms"], large_intervals)
+    if args.also_against:
+        against = p10_intervals(per_case, hardest, baseline=args.also_against)
+        write_text_atomic(out / f"p10_intervals_vs_{args.also_against}.csv", against.to_csv(index=False))
+        large_against = None
+        if large_tables:
+            large_against = p10_intervals(large, hardest, baseline=args.also_against)
+            write_text_atomic(out / f"p10_intervals_large_test_vs_{args.also_against}.csv",
+                              large_against.to_csv(index=False))
+        sections += against_section(against, args.also_against, large_against)
     if training_tables:
         fit = training_fit(pd.concat(training_tables, ignore_index=True), per_case, hardest)
         write_text_atomic(out / "training_fit.csv", fit.to_csv(index=False))

@@ -197,20 +197,48 @@ def p10_intervals(per_case: pd.DataFrame, hardest: dict[str, str], baseline: str
     return pd.DataFrame(rows, columns=["method", "seed", "group", "region", "n", "d_p10", "low", "high", "resolved"])
 
 
-def p10_interval_section(intervals: pd.DataFrame, confidence: float = 0.95) -> list[str]:
-    """The markdown section of :func:`p10_intervals`; empty without rows."""
+def p10_interval_section(intervals: pd.DataFrame, confidence: float = 0.95, baseline: str = BASELINE,
+                         title: str = "## Is a seed's p10 difference more than the draw of test cases?") -> list[str]:
+    """The markdown section of :func:`p10_intervals` (made with the same ``baseline``); empty without rows."""
     if intervals.empty:
         return []
     rows = [[r["method"], r["group"], r["region"], str(r["seed"]), str(r["n"]), f"{r['d_p10']:+.1f}",
              f"[{r['low']:+.1f}, {r['high']:+.1f}]", r["resolved"]] for _, r in intervals.iterrows()]
     return _table_section(
-        "## Is a seed's p10 difference more than the draw of test cases?",
-        f"Each arm's paired p10 difference to ERM on each minority group's hardest structure, per seed, with its "
-        f"{confidence:.0%} bootstrap interval over the test cases (pairs resampled together; both trained networks "
-        "fixed, so a second training run adds more noise). Resolved: + or - when the whole interval is on that side "
-        "of 0, 0 when it holds 0.",
+        title,
+        f"Each arm's paired p10 difference to {baseline} on each minority group's hardest structure, per seed, with "
+        f"its {confidence:.0%} bootstrap interval over the test cases (pairs resampled together; both trained "
+        "networks fixed, so a second training run adds more noise). Resolved: + or - when the whole interval is on "
+        "that side of 0, 0 when it holds 0.",
         ["arm", "group", "region", "seed", "n", "Δp10", "interval", "resolved"],
         ["---", "---", "---", "---:", "---:", "---:", "---", ":---:"], rows)
+
+
+def against_section(intervals: pd.DataFrame, baseline: str, large_intervals: pd.DataFrame | None = None,
+                    confidence: float = 0.95) -> list[str]:
+    """``--also-against ARM``: every arm's p10 difference to ``baseline`` (an arm trained under the
+    same conditions as the arms it is read against, e.g. ``ERM_repeat``), per seed with bootstrap
+    intervals, on the test cases and, if scored, on the larger test set; only seeds where both ran.
+    The hardest structures stay ERM's, so nothing is chosen against ``baseline``.
+
+    >>> rows = pd.DataFrame([{"method": "JTT", "seed": 13, "group": "other", "region": "intra_axial_csf",
+    ...                       "n": 100, "d_p10": 4.7, "low": 1.0, "high": 7.5, "resolved": "+"}])
+    >>> against_section(rows, "DROAdaptive_repeat")[0]
+    '## Against DROAdaptive_repeat, paired like ERM'
+    >>> against_section(rows.iloc[:0], "DROAdaptive_repeat")
+    []
+    """
+    lines = []
+    for table, where in ((intervals, "the test cases"), (large_intervals, "the larger test set")):
+        if table is None or table.empty:
+            continue
+        section = p10_interval_section(table, confidence, baseline, f"### On {where}")
+        lines += section
+    if not lines:
+        return []
+    return [f"## Against {baseline}, paired like ERM", "",
+            f"Every arm against {baseline} instead of ERM, on the seeds where both ran: read an arm's gain against "
+            f"a run trained under the same conditions (`--also-against {baseline}`).", "", *lines]
 
 
 def _table_section(title: str, text: str, columns: Sequence[str], align: Sequence[str],

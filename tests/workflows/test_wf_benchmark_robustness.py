@@ -578,6 +578,40 @@ def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
         pd.testing.assert_frame_equal(pd.read_csv(record / table), pd.read_csv(runs / table))
 
 
+def test_also_against_pairs_every_arm_with_a_rerun_as_well(bench, tmp_path):
+    """--also-against ARM: every arm's p10 intervals against another arm (a run trained under the
+    same conditions), on the test cases and the larger test set, beside the intervals against ERM;
+    a seed where ARM did not run gives no row."""
+    arms = {"ERM": ("nnUNet_CPUBudget", 0.0), "ERM_repeat": ("nnUNetTrainer_CPUBudget_repeat", 2.0),
+            "DROAdaptive": ("DROTrainer", 5.0)}
+    _stored_seed(tmp_path, 3, arms, large_test=True)
+    _stored_seed(tmp_path, 4, {arm: arms[arm] for arm in ("ERM", "DROAdaptive")}, large_test=True)
+    common = ["--seeds", "3,4", "--arms", ",".join(arms), "--report-only", "-o", str(tmp_path)]
+    assert bench.main(common + ["--also-against", "ERM_repeat"]) == 0
+    large = pd.read_csv(tmp_path / "p10_intervals_large_test_vs_ERM_repeat.csv")
+    # every minority case of the larger test set is shifted by the arm's lift: exact differences
+    assert set(large["seed"]) == {3} and set(large["method"]) == {"ERM", "DROAdaptive"}
+    by_arm = large.groupby("method")["d_p10"]
+    assert by_arm.min()["DROAdaptive"] == pytest.approx(3.0) == by_arm.max()["DROAdaptive"]
+    assert by_arm.min()["ERM"] == pytest.approx(-2.0) == by_arm.max()["ERM"]
+    assert set(pd.read_csv(tmp_path / "p10_intervals_vs_ERM_repeat.csv")["seed"]) == {3}
+    text = (tmp_path / "summary.md").read_text()
+    section = text[text.index("## Against ERM_repeat, paired like ERM"):]
+    assert "### On the test cases" in section and "### On the larger test set" in section
+    assert "paired p10 difference to ERM_repeat" in section
+    # the intervals against ERM are unchanged beside it
+    assert set(pd.read_csv(tmp_path / "p10_intervals_large_test.csv")["method"]) == {"ERM_repeat", "DROAdaptive"}
+
+
+@pytest.mark.parametrize("against", ["ERM", "JTT"])
+def test_also_against_needs_another_arm_of_the_run(bench, tmp_path, capsys, against):
+    code = bench.main(["--seeds", "1", "--arms", "ERM,DROAdaptive", "--report-only", "-o", str(tmp_path),
+                       "--also-against", against])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--also-against {against!r}" in err and "DROAdaptive" in err
+    assert len(err.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
+
+
 def test_large_test_needs_the_trained_network(tmp_path):
     """A record keeps no checkpoint: scoring a larger test set from it is refused, naming the folder."""
     from nnunet_dro.workflows.pipeline import Cohort, Workspace

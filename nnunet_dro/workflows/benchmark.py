@@ -28,8 +28,8 @@ targets check; per seed, each arm's p10 difference on each minority's hardest st
 bootstrap interval over the test cases (``p10_intervals.csv``: is that seed's difference more than
 the draw of test cases?); with ``--large-test N`` the headline again on N further test cases per
 group scored by the same networks; with ``--training-fit`` each minority's hardest structure on the
-training cases beside the test cases; with ``--also-against ARM`` those p10 intervals against
-another arm trained under the same conditions (``ERM_repeat``, ``DROAdaptive_repeat``);
+training cases beside the test cases; with ``--also-against ARM[,ARM]`` those p10 intervals
+against other arms trained under the same conditions (``ERM_repeat``, ``DROAdaptive_repeat``);
 ``robustness_tradeoff.png`` (minority p10 on its hardest
 structure against the controls' mean Dice, one point per arm and seed).
 
@@ -150,9 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="torch's threads in each training (default: nnU-Net's choice on CPU, every core). Two "
                              "benchmarks side by side on 2 cores, each started under 'taskset -c <core>' with "
                              "--torch-threads 1, finish about 1.2 times sooner than one after the other")
-    parser.add_argument("--also-against", metavar="ARM", default=None,
-                        help="also pair every arm with ARM, one of --arms other than ERM (e.g. ERM_repeat or "
-                             "DROAdaptive_repeat: a run trained under the same conditions as the arms it is read "
+    parser.add_argument("--also-against", metavar="ARM[,ARM]", default="",
+                        help="also pair every arm with each ARM, arms of --arms other than ERM (e.g. ERM_repeat or "
+                             "DROAdaptive_repeat: runs trained under the same conditions as the arms they are read "
                              "against): each arm's p10 difference to it on the minorities' hardest structures, per "
                              "seed with bootstrap intervals, on the test cases and the larger test set "
                              "(p10_intervals_vs_ARM.csv, p10_intervals_large_test_vs_ARM.csv, a section of "
@@ -181,9 +181,10 @@ def run(args: argparse.Namespace) -> int:
     seeds, arms = parse_seeds(args.seeds), parse_arms(args.arms)
     if BASELINE not in arms:
         raise UserError(f"--arms {args.arms!r}: the comparison needs the {BASELINE} arm")
-    if args.also_against is not None and (args.also_against not in arms or args.also_against == BASELINE):
-        raise UserError(f"--also-against {args.also_against!r}: expected one of the other arms of --arms "
-                        f"({', '.join(a for a in arms if a != BASELINE) or 'none'})")
+    against_arms = [a.strip() for a in args.also_against.split(",")] if args.also_against.strip() else []
+    if any(a not in arms or a == BASELINE for a in against_arms) or len(set(against_arms)) < len(against_arms):
+        raise UserError(f"--also-against {args.also_against!r}: expected distinct arms of --arms other than "
+                        f"{BASELINE} ({', '.join(a for a in arms if a != BASELINE) or 'none'})")
     for flag, value, low in (("--epochs", args.epochs, 1), ("--iterations", args.iterations, 1),
                              ("--n-train", args.n_train, 5), ("--n-test", args.n_test, 3), ("--size", args.size, 16),
                              ("--large-test", args.large_test, 0), ("--label-noise", args.label_noise, 0),
@@ -277,15 +278,14 @@ def run(args: argparse.Namespace) -> int:
         large_intervals = p10_intervals(large, hardest)
         write_text_atomic(out / "p10_intervals_large_test.csv", large_intervals.to_csv(index=False))
         sections += large_test_section(large, runs, hardest, settings["arms"], large_intervals)
-    if args.also_against:
-        against = p10_intervals(per_case, hardest, baseline=args.also_against)
-        write_text_atomic(out / f"p10_intervals_vs_{args.also_against}.csv", against.to_csv(index=False))
+    for other in against_arms:
+        against = p10_intervals(per_case, hardest, baseline=other)
+        write_text_atomic(out / f"p10_intervals_vs_{other}.csv", against.to_csv(index=False))
         large_against = None
         if large_tables:
-            large_against = p10_intervals(large, hardest, baseline=args.also_against)
-            write_text_atomic(out / f"p10_intervals_large_test_vs_{args.also_against}.csv",
-                              large_against.to_csv(index=False))
-        sections += against_section(against, args.also_against, large_against)
+            large_against = p10_intervals(large, hardest, baseline=other)
+            write_text_atomic(out / f"p10_intervals_large_test_vs_{other}.csv", large_against.to_csv(index=False))
+        sections += against_section(against, other, large_against)
     if training_tables:
         fit = training_fit(pd.concat(training_tables, ignore_index=True), per_case, hardest)
         write_text_atomic(out / "training_fit.csv", fit.to_csv(index=False))

@@ -579,15 +579,15 @@ def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
 
 
 def test_also_against_pairs_every_arm_with_a_rerun_as_well(bench, tmp_path):
-    """--also-against ARM: every arm's p10 intervals against another arm (a run trained under the
-    same conditions), on the test cases and the larger test set, beside the intervals against ERM;
-    a seed where ARM did not run gives no row."""
+    """--also-against ARM,ARM: every arm's p10 intervals against each of other arms (runs trained
+    under the same conditions), on the test cases and the larger test set, beside the intervals
+    against ERM; a seed where ARM did not run gives no row."""
     arms = {"ERM": ("nnUNet_CPUBudget", 0.0), "ERM_repeat": ("nnUNetTrainer_CPUBudget_repeat", 2.0),
             "DROAdaptive": ("DROTrainer", 5.0)}
     _stored_seed(tmp_path, 3, arms, large_test=True)
     _stored_seed(tmp_path, 4, {arm: arms[arm] for arm in ("ERM", "DROAdaptive")}, large_test=True)
     common = ["--seeds", "3,4", "--arms", ",".join(arms), "--report-only", "-o", str(tmp_path)]
-    assert bench.main(common + ["--also-against", "ERM_repeat"]) == 0
+    assert bench.main(common + ["--also-against", "ERM_repeat,DROAdaptive"]) == 0
     large = pd.read_csv(tmp_path / "p10_intervals_large_test_vs_ERM_repeat.csv")
     # every minority case of the larger test set is shifted by the arm's lift: exact differences
     assert set(large["seed"]) == {3} and set(large["method"]) == {"ERM", "DROAdaptive"}
@@ -599,12 +599,15 @@ def test_also_against_pairs_every_arm_with_a_rerun_as_well(bench, tmp_path):
     section = text[text.index("## Against ERM_repeat, paired like ERM"):]
     assert "### On the test cases" in section and "### On the larger test set" in section
     assert "paired p10 difference to ERM_repeat" in section
+    assert "## Against DROAdaptive, paired like ERM" in section
+    second = pd.read_csv(tmp_path / "p10_intervals_large_test_vs_DROAdaptive.csv").groupby(["method", "seed"])["d_p10"]
+    assert second.min().to_dict() == pytest.approx({("ERM", 3): -5.0, ("ERM", 4): -5.0, ("ERM_repeat", 3): -3.0})
     # the intervals against ERM are unchanged beside it
     assert set(pd.read_csv(tmp_path / "p10_intervals_large_test.csv")["method"]) == {"ERM_repeat", "DROAdaptive"}
 
 
-@pytest.mark.parametrize("against", ["ERM", "JTT"])
-def test_also_against_needs_another_arm_of_the_run(bench, tmp_path, capsys, against):
+@pytest.mark.parametrize("against", ["ERM", "JTT", "DROAdaptive,JTT", "DROAdaptive,DROAdaptive"])
+def test_also_against_needs_other_arms_of_the_run(bench, tmp_path, capsys, against):
     code = bench.main(["--seeds", "1", "--arms", "ERM,DROAdaptive", "--report-only", "-o", str(tmp_path),
                        "--also-against", against])
     err = capsys.readouterr().err

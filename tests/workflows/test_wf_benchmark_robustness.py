@@ -579,7 +579,7 @@ def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
 
 
 def test_also_against_pairs_every_arm_with_a_rerun_as_well(bench, tmp_path):
-    """--also-against ARM,ARM: every arm's p10 intervals against each of other arms (runs trained
+    """--also-against ARM,ARM: every arm's p10 intervals against each of several other arms (runs trained
     under the same conditions), on the test cases and the larger test set, beside the intervals
     against ERM; a seed where ARM did not run gives no row."""
     arms = {"ERM": ("nnUNet_CPUBudget", 0.0), "ERM_repeat": ("nnUNetTrainer_CPUBudget_repeat", 2.0),

@@ -76,6 +76,7 @@ ALTERNATIVE_ROWS = {
     "ERM": "ERM (Dice)",
     "ERM_repeat": "ERM trained again (`ERM_repeat`, a rerun: no method) - ERM",
     "DROAdaptive_untilLearned": "default `nnUNetTrainerDROAdaptive` - ERM",
+    "DROAdaptive_repeat": "the default trained again as the alternatives were (`DROAdaptive_repeat`) - ERM",
     "DiceTopK10": "`nnUNetTrainerDiceTopK10Loss` - ERM",
     "TopK10": "`nnUNetTrainerTopk10Loss` - ERM",
     "Oversample033": "`nnUNetTrainer_probabilisticOversampling_033` - ERM",

@@ -30,8 +30,8 @@ the draw of test cases?); with ``--large-test N`` the headline again on N furthe
 group scored by the same networks; with ``--training-fit`` each minority's hardest structure on the
 training cases beside the test cases; with ``--also-against ARM[,ARM]`` those p10 intervals
 against other arms trained under the same conditions (``ERM_repeat``, ``DROAdaptive_repeat``);
-``robustness_tradeoff.png`` (minority p10 on its hardest
-structure against the controls' mean Dice, one point per arm and seed).
+``robustness_tradeoff.png`` (minority p10 on its hardest structure against the controls' mean
+Dice, one point per arm and seed).
 
     python scripts/benchmark_robustness.py                                  # 3 seeds x 5 arms
     python scripts/benchmark_robustness.py --arms ERM,Adaptive_f50 --seeds 0,1,2

@@ -232,8 +232,7 @@ def against_section(intervals: pd.DataFrame, baseline: str, large_intervals: pd.
     for table, where in ((intervals, "the test cases"), (large_intervals, "the larger test set")):
         if table is None or table.empty:
             continue
-        section = p10_interval_section(table, confidence, baseline, f"### On {where}")
-        lines += section
+        lines += p10_interval_section(table, confidence, baseline, f"### On {where}")
     if not lines:
         return []
     return [f"## Against {baseline}, paired like ERM", "",

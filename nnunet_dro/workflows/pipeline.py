@@ -88,7 +88,8 @@ NNUNET_ALTERNATIVE_ARMS = {"DiceTopK10": "nnUNetTrainerDiceTopK10Loss_CPUBudget"
 JTT_ARM = "JTT"
 JTT_SETTINGS = {"fraction": 0.2, "rule": "worst-dice", "upweight": 5.0}
 ARM_TRAINERS = {**{arm_name(name): name for name in BUDGET_TRAINERS if name.endswith("_CPUBudget")},
-                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat", "DROAdaptive_repeat": "nnUNetTrainerDROAdaptive_CPUBudget_repeat",
+                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat",
+                "DROAdaptive_repeat": "nnUNetTrainerDROAdaptive_CPUBudget_repeat",
                 **LEGACY_ARMS, **NNUNET_ALTERNATIVE_ARMS,
                 JTT_ARM: "nnUNetTrainerCaseWeights_CPUBudget_JTT"}
 

@@ -81,6 +81,44 @@ def semaphores_of(pid: int) -> set[str]:
             if "/dev/shm/sem." in line}
 
 
+def session_of(pid: int) -> int | None:
+    """The session id of ``pid`` (field 6 of /proc/PID/stat), or None if it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    except OSError:
+        return None
+
+
+class SemaphoreWatch:
+    """Every ``/dev/shm/sem.*`` mapped by any process of one session, sampled until ``stop()``.
+
+    The CLI runs in a session of its own, so this sees its forkserver, workers and resource
+    tracker, and nothing of the other tests running beside it on a shared machine (their
+    semaphores, leaked or not, are not ours to judge).
+    """
+
+    def __init__(self, session: int, poll: float = 0.02):
+        self.session, self.poll, self.seen = session, poll, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _members(self) -> list[int]:
+        return [int(e) for e in os.listdir("/proc") if e.isdigit() and session_of(int(e)) == self.session]
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for pid in self._members():
+                self.seen |= semaphores_of(pid)
+            time.sleep(self.poll)
+
+    def stop(self) -> set[str]:
+        """Stop watching; the names seen, of which none may still exist once the session is gone."""
+        self._stop.set()
+        self._thread.join(5)
+        return set(self.seen)
+
+
 def wait_until_gone(pids, timeout: float = 10.0) -> list[int]:
     """Wait for ``pids`` to exit (a zombie counts as gone); return those still alive."""
     deadline = time.monotonic() + timeout

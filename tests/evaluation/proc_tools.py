@@ -71,14 +71,30 @@ def ignores_signal(pid: int, signum: int) -> bool:
     raise AssertionError(f"no SigIgn line for {pid}")
 
 
-def semaphores_of(pid: int) -> set[str]:
-    """Names of the POSIX named semaphores (``/dev/shm/sem.*``) mapped by ``pid``."""
+def semaphores_of(pid: int) -> set[int]:
+    """The inodes of the POSIX named semaphores (``/dev/shm/sem.*``) mapped by ``pid``.
+
+    Inodes, not names: glibc makes a named semaphore as a temporary ``sem.XXXXXX`` file, links it
+    to its name (``sem.mp-...``) and unlinks the temporary one, so /proc/PID/maps shows the
+    temporary name, "(deleted)", for a semaphore that is still there under its real name.
+    """
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return set()
-    return {line.split("/dev/shm/", 1)[1].split()[0] for line in maps.splitlines()
-            if "/dev/shm/sem." in line}
+    return {int(line.split()[4]) for line in maps.splitlines() if "/dev/shm/sem." in line}
+
+
+def semaphores_left(inodes: set[int]) -> set[str]:
+    """The names in /dev/shm of those of ``inodes`` that still exist."""
+    left = set()
+    for path in SHM.glob("sem.*"):
+        try:
+            if path.stat().st_ino in inodes:
+                left.add(path.name)
+        except OSError:  # unlinked meanwhile
+            pass
+    return left
 
 
 def session_of(pid: int) -> int | None:
@@ -90,7 +106,8 @@ def session_of(pid: int) -> int | None:
 
 
 class SemaphoreWatch:
-    """Every ``/dev/shm/sem.*`` mapped by any process of one session, sampled until ``stop()``.
+    """The inode of every ``/dev/shm/sem.*`` mapped by any process of one session, sampled until
+    ``stop()``.
 
     The CLI runs in a session of its own, so this sees its forkserver, workers and resource
     tracker, and nothing of the other tests running beside it on a shared machine (their
@@ -113,7 +130,8 @@ class SemaphoreWatch:
             time.sleep(self.poll)
 
     def stop(self) -> set[str]:
-        """Stop watching; the names seen, of which none may still exist once the session is gone."""
+        """Stop watching; the inodes seen, of which none may still exist once the session is gone
+        (``semaphores_left``)."""
         self._stop.set()
         self._thread.join(5)
         return set(self.seen)

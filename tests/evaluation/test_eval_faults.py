@@ -240,3 +240,32 @@ def test_ctrl_c_while_the_parent_holds_the_futures_locks_is_no_deadlock(big_coho
         raise AssertionError("deadlock: the pool did not shut down within 120 s of Ctrl-C") from None
     assert process.returncode == 0, stderr
     assert stdout.splitlines() == ["interrupted"], stdout + stderr
+
+
+_HOLDS_A_NAMED_SEMAPHORE = ("import multiprocessing, sys, time; lock = multiprocessing.get_context('spawn').Lock(); "
+                            "print('holding', flush=True); time.sleep(60 if sys.argv[1] == 'wait' else 1)")
+
+
+@pytest.mark.parametrize("killed", [True, False], ids=["killed: left behind", "exits: removed"])
+def test_the_semaphore_watch_sees_a_semaphore_left_behind(killed):
+    """The leak checks above can fail: a process group killed with SIGKILL (its resource tracker
+    too) leaves its named semaphore in /dev/shm, and the watch finds it under its real name."""
+    process = subprocess.Popen([str(PYTHON), "-c", _HOLDS_A_NAMED_SEMAPHORE, "wait" if killed else "exit"],
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    watch = SemaphoreWatch(process.pid)
+    _WATCHES.append(watch)
+    assert process.stdout.readline() == "holding\n"
+    time.sleep(0.2)  # a few of the watch's polls while it holds the lock
+    if killed:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+    process.stdout.close()
+    seen = watch.stop()
+    # the resource tracker of a clean exit unlinks it on its way out, a moment after its parent
+    deadline = time.monotonic() + 10
+    while (left := semaphores_left(seen)) and not killed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for name in left:
+        (SHM / name).unlink()
+    assert len(seen) == 1, seen
+    assert sorted(name.startswith("sem.mp-") for name in left) == ([True] if killed else [])

@@ -17,20 +17,24 @@ from eval_testdata import PYTHON
 SHM = Path("/dev/shm")
 
 
-def parent_of(pid: int) -> int | None:
+def _stat_after_comm(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after "pid (comm)" (state, ppid, pgrp, session, ...), or None
+    if it is gone; comm may hold spaces and parentheses, hence the split at the last ")"."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # after "pid (comm)": state, ppid
+
+
+def parent_of(pid: int) -> int | None:
+    fields = _stat_after_comm(pid)
+    return None if fields is None else int(fields[1])
 
 
 def state_of(pid: int) -> str | None:
     """The process state letter (R, S, Z, ...) or None if it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
+    fields = _stat_after_comm(pid)
+    return None if fields is None else fields[0]
 
 
 def resident_mb(pid: int) -> float:
@@ -98,11 +102,9 @@ def semaphores_left(inodes: set[int]) -> set[str]:
 
 
 def session_of(pid: int) -> int | None:
-    """The session id of ``pid`` (field 6 of /proc/PID/stat), or None if it is gone."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
-    except OSError:
-        return None
+    """The session id of ``pid``, or None if it is gone."""
+    fields = _stat_after_comm(pid)
+    return None if fields is None else int(fields[3])
 
 
 class SemaphoreWatch:
@@ -129,7 +131,7 @@ class SemaphoreWatch:
                 self.seen |= semaphores_of(pid)
             time.sleep(self.poll)
 
-    def stop(self) -> set[str]:
+    def stop(self) -> set[int]:
         """Stop watching; the inodes seen, of which none may still exist once the session is gone
         (``semaphores_left``)."""
         self._stop.set()

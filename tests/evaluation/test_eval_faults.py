@@ -53,6 +53,17 @@ def _stop_the_watches():
         _WATCHES.pop().stop()
 
 
+def _assert_no_semaphore_left(watch: SemaphoreWatch) -> None:
+    """Once the CLI's session is gone: every semaphore any of its processes mapped during the run,
+    not only those of the moment the signal came (one made and left behind while shutting down
+    counts too), is gone from /dev/shm."""
+    seen = watch.stop()
+    assert seen, "the watch saw none of the pool's semaphores"
+    leaked = semaphores_left(seen)
+    print(f"semaphores left in /dev/shm: {len(leaked)} of the {len(seen)} the CLI's processes mapped")
+    assert not leaked, leaked
+
+
 def _env():
     return dict(os.environ, OMP_NUM_THREADS="1", nnUNet_def_n_proc="2")
 
@@ -134,13 +145,7 @@ def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, t
     assert (out / "summary.csv").read_bytes() == previous
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder
     assert wait_until_gone(tree) == []  # forkserver, workers, resource tracker: all gone
-    # every semaphore any process of the CLI's session mapped during the run, not only those of the
-    # moment the kill came: one made and left behind while shutting down counts too
-    seen = watch.stop()
-    assert seen, "the watch saw none of the pool's semaphores"
-    leaked = semaphores_left(seen)
-    print(f"semaphores left in /dev/shm: {len(leaked)} of the {len(seen)} the CLI's processes mapped")
-    assert not leaked, leaked
+    _assert_no_semaphore_left(watch)
 
 
 # reading[i]: 0 = case i not started, +pid = being read by worker pid, -pid = read (its result
@@ -178,9 +183,7 @@ def test_ctrl_c_is_handled_once_by_the_parent(big_cohort, tmp_path):
     assert lines == ["nnunet_dro evaluate: interrupted"], cli.stderr
     assert not out.exists()
     assert wait_until_gone(tree) == []
-    seen = watch.stop()
-    print(f"semaphores left in /dev/shm: {len(semaphores_left(seen))} of the {len(seen)} the CLI's processes mapped")
-    assert seen and not semaphores_left(seen)
+    _assert_no_semaphore_left(watch)
 
 
 # Ctrl-C can arrive at any bytecode of the parent. The dangerous moment is inside
@@ -268,4 +271,5 @@ def test_the_semaphore_watch_sees_a_semaphore_left_behind(killed):
     for name in left:
         (SHM / name).unlink()
     assert len(seen) == 1, seen
-    assert sorted(name.startswith("sem.mp-") for name in left) == ([True] if killed else [])
+    assert len(left) == (1 if killed else 0), left
+    assert all(name.startswith("sem.mp-") for name in left), left

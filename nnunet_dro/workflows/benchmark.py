@@ -42,6 +42,8 @@ Dice, one point per arm and seed).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import shutil
 import sys
@@ -104,6 +106,20 @@ def export_record(ws: Workspace, arm: str, trainer: str, destination: Path) -> i
 
 
 # ---------------------------------------------------------------------------------------- main
+@contextlib.contextmanager
+def preparation_lock(folder: Path):
+    """Hold an exclusive lock on ``folder/.prepare.lock`` while the cohort is made and preprocessed:
+    two benchmark processes started on one folder would otherwise both write the same raw and
+    preprocessed files. The lock is the kernel's (``flock``), so a killed process releases it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".prepare.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="ERM vs DRO arms (CPU-budget nnU-Net trainers) on the synthetic fetal-brain-like cohort, "
@@ -157,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "seed with bootstrap intervals, on the test cases and the larger test set "
                              "(p10_intervals_vs_ARM.csv, p10_intervals_large_test_vs_ARM.csv, a section of "
                              "summary.md). Default: none")
+    parser.add_argument("--train-only", action="store_true",
+                        help="only train the listed arms' networks (ERM need not be among them), without predictions "
+                             "or report: a second benchmark process on the same -o folder, e.g. 'taskset -c 1 ... "
+                             "--train-only --arms DROAdaptive' beside 'taskset -c 0 ... --arms ERM', so that two arms "
+                             "of one seed train side by side on one cohort (preparing the folder is locked: the "
+                             "second waits for the first). A later run with all arms predicts and reports, "
+                             "training nothing again")
     parser.add_argument("--report-only", action="store_true",
                         help="train nothing: make the tables from the stored results of the requested seeds/arms")
     parser.add_argument("--overwrite", action="store_true",
@@ -179,7 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     seeds, arms = parse_seeds(args.seeds), parse_arms(args.arms)
-    if BASELINE not in arms:
+    if args.train_only and args.report_only:
+        raise UserError("--train-only and --report-only: choose one (the first trains, the second reports)")
+    if BASELINE not in arms and not args.train_only:
         raise UserError(f"--arms {args.arms!r}: the comparison needs the {BASELINE} arm")
     against_arms = [a.strip() for a in args.also_against.split(",")] if args.also_against.strip() else []
     if any(a not in arms or a == BASELINE for a in against_arms) or len(set(against_arms)) < len(against_arms):
@@ -209,12 +234,20 @@ def run(args: argparse.Namespace) -> int:
         if args.report_only and not folder.is_dir():
             continue
         ws = Workspace(folder, DATASET_ID, DATASET_NAME, cohort, echo=say, torch_threads=args.torch_threads)
-        if args.large_test and not args.report_only:
-            ws.prepare_large_test(args.large_test, LARGE_TEST_DATASET_ID)
         pending = [arm for arm in arms if not ws.finished(arm)]
-        if pending and not args.report_only:
-            say(f"[seed {seed} | {time.perf_counter() - started:6.0f} s] {folder}: to run {', '.join(pending)}")
-            ws.prepare()
+        if not args.report_only:
+            with preparation_lock(folder):  # a second process on this folder (--train-only) waits here
+                if args.large_test:
+                    ws.prepare_large_test(args.large_test, LARGE_TEST_DATASET_ID)
+                if pending:
+                    say(f"[seed {seed} | {time.perf_counter() - started:6.0f} s] {folder}: to run {', '.join(pending)}")
+                    ws.prepare()
+        if args.train_only:
+            for arm in pending:
+                ws.train_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
+                say(f"[seed {seed} | {time.perf_counter() - started:6.0f} s] {arm}: trained; a run with every arm "
+                    f"predicts and reports it")
+            continue
         for arm in arms:
             if not ws.finished(arm):
                 if args.report_only:
@@ -245,6 +278,8 @@ def run(args: argparse.Namespace) -> int:
             per_case = per_case.assign(seed=seed, method=arm)
             tables.append(per_case)
             run_rows.append(summary)
+    if args.train_only:
+        return 0
     if not tables:
         raise UserError(f"no finished runs in {runs_folder} for seeds {seeds} and arms {arms}")
 

@@ -816,3 +816,40 @@ def test_exclude_flagged_trains_without_the_cases_the_audit_flags(bench, tmp_pat
     with pytest.raises(UserError, match=AUDIT_EXCLUDED_RECORD):
         ws.prepare()
     assert not (ws.raw / "dataset.json").is_file()
+
+
+def test_train_only_and_report_only_together_are_refused(bench, tmp_path, capsys):
+    assert bench.main(["--arms", "DROAdaptive", "--train-only", "--report-only", "-o", str(tmp_path)]) == 2
+    assert "choose one" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_processes_train_two_arms_of_one_seed_side_by_side(tmp_path):
+    """Two real benchmark processes started together on one folder: one runs ERM, the other
+    ``--train-only`` the default DRO arm (ERM not among its arms). The preparation lock lets one of
+    them make and preprocess the cohort, the other waits and reuses it (one cohort in the command
+    said once); both networks train on it, and a third run with both arms predicts and reports without
+    training anything again."""
+    out = tmp_path / "bench"
+    common = ["--seeds", "1", "--epochs", "1", "--iterations", "2", "--n-train", "10", "--n-test", "6",
+              "--size", "16", "--torch-threads", "1", "-o", str(out)]
+    env = {**os.environ, "nnUNet_n_proc_DA": "0"}
+    procs = [subprocess.Popen([sys.executable, str(SCRIPT), *common, *extra], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for extra in (["--arms", "ERM"], ["--arms", "DROAdaptive", "--train-only"])]
+    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert "DROAdaptive: trained" in outputs[1] and "## " not in outputs[1]  # no report from --train-only
+    seed = out / "runs" / "seed_0"
+    said = "".join(outputs)
+    assert said.count("  cohort: 10 train") == 1 and said.count("  nnUNetv2_plan_and_preprocess") == 1
+    assert all("nnUNetv2_train 991" in text for text in outputs)
+    assert (seed / "arms" / "DROAdaptive" / "train_seconds.txt").is_file()
+    assert not (seed / "arms" / "DROAdaptive" / "result.json").is_file()  # trained, not yet scored
+
+    both = subprocess.run([sys.executable, str(SCRIPT), *common, "--arms", "ERM,DROAdaptive"], env=env, text=True,
+                          capture_output=True, timeout=900)
+    assert both.returncode == 0, both.stderr
+    assert "nnUNetv2_train" not in both.stdout  # nothing trained again
+    assert (seed / "arms" / "DROAdaptive" / "result.json").is_file()
+    assert set(pd.read_csv(out / "runs.csv")["arm"]) == {"ERM", "DROAdaptive"}

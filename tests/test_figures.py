@@ -1,28 +1,200 @@
-"""Benchmark figures stated in the README and docs/evidence.md are the stored record's: a table
-re-made from the record (``--report-only``) that changes, or a page edited by hand, fails here
-instead of letting the pages drift apart. The record's ``summary.md`` is what ``--report-only``
-writes from the kept files (its own test re-makes it)."""
+"""The evidence figures of the README and docs/evidence.md are the stored record's, and every word
+of the evidence rules ("lifts", "within 0.5", "ahead of", "cannot be told apart", "on every seed")
+holds where the pages use it.
+
+One table carries them: ``data_docs/benchmark_record/evidence_intervals.csv``, made from the
+record's per-case files by ``scripts/evidence_intervals.py`` (paired gains per seed, their mean,
+95 % t-interval over seeds and signs). A record file, the script or a page edited on its own fails
+here instead of letting the pages drift apart.
+"""
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORD = ROOT / "data_docs" / "benchmark_record" / "robustness177_240" / "summary.md"
+RECORDS = ROOT / "data_docs" / "benchmark_record"
 EVIDENCE = ROOT / "docs" / "evidence.md"
 README = ROOT / "README.md"
-#: record arm -> the row label docs/evidence.md gives it
-EVIDENCE_ROWS = {
-    "ERM": "ERM (Dice)",
-    "Adaptive_f50_noIS_cap5": "`_fromStart` (the default until November 27, 2026) - ERM",
-    "GroupBalanced": "balanced sampling (knows the groups) - ERM, 2 seeds",
-    "Adaptive_f25_noIS_cap5": "f = 0.25 with the cap - ERM, 2 seeds",
-    "DROAdaptive_untilLearned": "default `nnUNetTrainerDROAdaptive` (ERM phase, then `_fromStart`) - ERM, 3 seeds",
-}
-COLUMNS = ["spina_bifida cerebellum p10", "other intra_axial_csf p10", "control white_matter mean",
-           "control intra_axial_csf mean", "control cerebellum mean"]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("evidence_intervals", ROOT / "scripts" / "evidence_intervals.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SCRIPT = _script()
+
+
+@pytest.fixture(scope="module")
+def fresh() -> pd.DataFrame:
+    """The table as the record gives it now."""
+    return SCRIPT.evidence_table()
+
+
+@pytest.fixture(scope="module")
+def stored() -> pd.DataFrame:
+    return pd.read_csv(SCRIPT.OUTPUT)
+
+
+def row(table: pd.DataFrame, record: str, method: str, statistic: str, baseline: str = "ERM") -> pd.Series:
+    comparison = "noise floor: ERM's second run minus its first" if method == "ERM again" else f"minus {baseline}"
+    method = "ERM" if method == "ERM again" else method
+    rows = table[(table["record"] == record) & (table["method"] == method) & (table["statistic"] == statistic)
+                 & (table["comparison"] == comparison)]
+    assert len(rows) == 1, (record, method, statistic, baseline)
+    return rows.iloc[0]
+
+
+def test_stored_table_is_what_the_record_gives(fresh, stored):
+    assert SCRIPT.main(["--check"]) == 0
+    pd.testing.assert_frame_equal(fresh.reset_index(drop=True), stored, check_dtype=False)
+
+
+def test_one_cell_against_the_evaluations_own_percentile():
+    """The script's p10 per run, computed again from one run's per-case file with the evaluation's
+    ``summarize`` (an independent path through the record)."""
+    from nnunet_dro.evaluation.stats import summarize
+
+    table = pd.read_csv(RECORDS / "alternatives177_240" / "per_case_large_test.csv")
+    runs = SCRIPT.per_run_statistics(table)
+
+    def p10(method, seed):
+        cases = table[(table.method == method) & (table.seed == seed) & (table.metric == "dice")
+                      & (table.condition == "other") & (table.region == "intra_axial_csf")]
+        return summarize(cases.value, [10])["p10"]
+
+    for seed in (13, 15):
+        mine = runs[(runs.method == "ERM") & (runs.seed == seed)
+                    & (runs.statistic == "other intra_axial_csf p10")].set_index("run")["value"]
+        assert mine[1] == pytest.approx(p10("ERM", seed))
+        assert mine[2] == pytest.approx(p10("ERM_repeat", seed))
+
+
+def test_interval_over_seeds_is_a_t_interval():
+    from scipy import stats
+
+    gains = np.array([11.1, 13.4, 7.4])
+    low, high = SCRIPT.interval_over_seeds(gains)
+    half = stats.t.ppf(0.975, 2) * gains.std(ddof=1) / np.sqrt(3)
+    assert (low, high) == pytest.approx((gains.mean() - half, gains.mean() + half))
+    assert np.isnan(SCRIPT.interval_over_seeds(np.array([4.0]))[0])
+
+
+def evidence_tables(page: Path) -> list[list[str]]:
+    """Every table of ``page`` whose header starts with ``| RECORD: minus BASELINE |``."""
+    lines, tables = page.read_text().splitlines(), []
+    for i, line in enumerate(lines):
+        if re.match(r"\| \w+: minus \w+ \|", line):
+            block = []
+            for table_line in lines[i:]:
+                if not table_line.startswith("|"):
+                    break
+                block.append(table_line)
+            tables.append(block)
+    return tables
+
+
+def test_evidence_tables_are_the_scripts_output(stored):
+    tables = evidence_tables(EVIDENCE)
+    assert len(tables) >= 6
+    for block in tables:
+        record, baseline = re.match(r"\| (\w+): minus (\w+) \|", block[0]).groups()
+        labels = {v: k for k, v in SCRIPT.LABELS.items()} | {"ERM again (noise floor)": "ERM"}
+        methods = tuple(labels.get(line.split("|")[1].strip(), line.split("|")[1].strip()) for line in block[2:])
+        expected = SCRIPT.markdown_table(stored, record, baseline, methods)
+        assert block == expected, f"docs/evidence.md's table for {record} minus {baseline} is not the record's"
+
+
+INTERVAL = re.compile(r"([+-]\d+\.\d) \((-?\d+\.\d) to (-?\d+\.\d)\)")
+
+
+@pytest.mark.parametrize("page", [README, EVIDENCE])
+def test_every_interval_quoted_is_a_cell_of_the_table(page, stored):
+    cells = {(f"{r['mean']:+.1f}", f"{r['ci_seeds_low']:.1f}", f"{r['ci_seeds_high']:.1f}")
+             for _, r in stored.iterrows()}
+    text = " ".join(page.read_text().split())
+    quoted = INTERVAL.findall(text)
+    assert quoted, page
+    for figure in quoted:
+        assert figure in cells, f"{page.name}: {figure[0]} ({figure[1]} to {figure[2]}) is not in the record"
+
+
+def lifts(r: pd.Series) -> bool:
+    return r["seeds"] >= 3 and r["ci_seeds_low"] > 0
+
+
+def within(r: pd.Series, x: float) -> bool:
+    return r["seeds"] >= 3 and -x <= r["ci_seeds_low"] and r["ci_seeds_high"] <= x
+
+
+def not_shown(r: pd.Series) -> bool:
+    return r["ci_seeds_low"] <= 0 <= r["ci_seeds_high"]
+
+
+CONTROLS = [f"control {region} mean" for region in ("white_matter", "intra_axial_csf", "cerebellum")]
+
+
+def test_readme_claims_hold_by_their_rules(stored):
+    """Each claim of the README's evidence lines, by the rule docs/evidence.md states for its word."""
+    readme = " ".join(README.read_text().split())
+    alt = "alternatives177_240"
+    default_other = row(stored, alt, "DROAdaptive", "other intra_axial_csf p10")
+    assert "the default lifts the \"other\" group's intra-axial CSF p10" in readme
+    assert lifts(default_other)
+    floor = row(stored, alt, "ERM again", "other intra_axial_csf p10")
+    assert "differ by +10.8 and +9.5" in readme and floor["gain_per_seed"] == "+10.8 +9.5"
+    assert "every control region's mean stays within 0.5 of ERM" in readme
+    assert all(within(row(stored, alt, "DROAdaptive", c), 0.5) for c in CONTROLS)
+    assert "the faint spina bifida cerebellum is not lifted" in readme
+    assert not_shown(row(stored, alt, "DROAdaptive", "spina_bifida cerebellum p10"))
+    assert "is ahead of the default on that p10" in readme
+    assert lifts(row(stored, alt, "JTT", "other intra_axial_csf p10", baseline="DROAdaptive"))
+    assert "cannot be told apart from the default" in readme
+    assert not_shown(row(stored, alt, "DiceTopK10", "other intra_axial_csf p10", baseline="DROAdaptive"))
+    assert "nothing is shown on the 40- and 64-case cohorts" in readme
+    for record in ("stability40_240", "stability64", "stability64_240"):
+        for statistic in ("spina_bifida cerebellum p10", "other intra_axial_csf p10"):
+            assert not lifts(row(stored, record, "DROAdaptive", statistic)), (record, statistic)
+
+
+def test_evidence_claims_hold_by_their_rules(stored):
+    page = " ".join(EVIDENCE.read_text().split())
+    alt = "alternatives177_240"
+    assert "every control region's mean within 0.5 of ERM" in page
+    assert all(within(row(stored, alt, "DROAdaptive", c), 0.5) for c in CONTROLS)
+    assert "the spina bifida cerebellum p10 gain is not shown for any arm" in page
+    for record in ("alternatives177_240", "robustness177_240", "noise177_240"):
+        part = stored[(stored.record == record) & (stored.statistic == "spina_bifida cerebellum p10")
+                      & (stored.comparison == "minus ERM") & (stored.seeds >= 2)]
+        assert len(part) and not any(lifts(r) for _, r in part.iterrows()), record
+    assert "cannot be told apart from the default" in page
+    for method in ("DiceTopK10", "Oversample033"):
+        for statistic in ("spina_bifida cerebellum p10", "other intra_axial_csf p10"):
+            assert not_shown(row(stored, alt, method, statistic, baseline="DROAdaptive")), (method, statistic)
+    assert "With dirty labels nothing is shown" in page
+    noise = stored[(stored.record == "noise177_240") & stored.statistic.str.endswith("p10")]
+    assert not any(lifts(r) for _, r in noise.iterrows())
+    assert "No control region is shown within 0.5" in page
+    for record in ("stability40_240", "stability64", "stability64_240"):
+        assert not all(within(row(stored, record, "DROAdaptive", c), 0.5) for c in CONTROLS), record
+    assert "rose on every seed on two of the three regimes" in page
+    signs = [row(stored, r, "DROAdaptive", "other intra_axial_csf p10")["signs"]
+             for r in ("stability40_240", "stability64", "stability64_240")]
+    assert sum(set(s) == {"+"} for s in signs) == 2
+
+
+def test_readme_stays_at_nnunets_size():
+    assert len(README.read_text().splitlines()) <= 80
+    assert len(EVIDENCE.read_text().splitlines()) <= 250
 
 
 def table_rows(lines: list[str], header_start: str) -> dict[str, dict[str, str]]:
@@ -31,190 +203,28 @@ def table_rows(lines: list[str], header_start: str) -> dict[str, dict[str, str]]
         if line.startswith(header_start):
             header = [c.strip() for c in line.strip().strip("|").split("|")]
             rows = {}
-            for row in lines[i + 2:]:
-                if not row.startswith("|"):
+            for table_row in lines[i + 2:]:
+                if not table_row.startswith("|"):
                     break
-                cells = [c.strip() for c in row.strip().strip("|").split("|")]
+                cells = [c.strip() for c in table_row.strip().strip("|").split("|")]
                 rows[cells[0]] = dict(zip(header, cells))
             return rows
     raise AssertionError(f"no table starting with {header_start!r}")
 
 
-def record_section_rows(summary: Path, heading: str) -> dict[str, dict[str, str]]:
-    """The first table under ``heading`` in a record's ``summary.md``: arm -> {column: cell}."""
-    text = summary.read_text().split(heading, 1)[1]
-    return table_rows(text.splitlines(), "| arm |")
-
-
-def record_large_test_rows(summary: Path = RECORD) -> dict[str, dict[str, str]]:
-    """The larger-test table of a record's ``summary.md``: arm -> {column: cell}."""
-    return record_section_rows(summary, "## On a larger test set")
-
-
-def test_evidence_headline_is_the_records_larger_test_table():
-    record = record_large_test_rows()
-    page = table_rows(EVIDENCE.read_text().splitlines(), "| 240 epochs, 4 seeds")
-    for arm, label in EVIDENCE_ROWS.items():
-        assert label in page, f"docs/evidence.md lost the row {label!r}"
-        for column in COLUMNS:
-            assert page[label][column] == record[arm][column], (arm, column)
-
-
-def test_readme_figures_are_the_records():
-    default = record_large_test_rows()["Adaptive_f50_noIS_cap5"]
-    readme = README.read_text()
-    for column, row_text in (("other intra_axial_csf p10", '"other" group, intra-axial CSF p10'),
-                             ("spina_bifida cerebellum p10", "spina bifida group, cerebellum p10")):
-        assert f"| {row_text} | {default[column]} |" in readme, column
-    controls = [float(re.match(r"[+-]?\d+\.\d+", default[c]).group()) for c in COLUMNS[2:]]
-    assert "| controls, mean of each region | within 0.5 |" in readme
-    assert max(abs(v) for v in controls) <= 0.5
-
-
-#: record arm -> the row label of the alternatives table in docs/evidence.md
-ALTERNATIVE_ROWS = {
-    "ERM": "ERM (Dice)",
-    "ERM_repeat": "ERM trained again (`ERM_repeat`, a rerun: no method) - ERM",
-    "DROAdaptive_untilLearned": "default `nnUNetTrainerDROAdaptive` - ERM",
-    "DROAdaptive_repeat": "the default trained again as the alternatives were (`DROAdaptive_repeat`) - ERM",
-    "DiceTopK10": "`nnUNetTrainerDiceTopK10Loss` - ERM",
-    "TopK10": "`nnUNetTrainerTopk10Loss` - ERM",
-    "Oversample033": "`nnUNetTrainer_probabilisticOversampling_033` - ERM",
-    "JTT": "Just Train Twice (`nnunet_dro jtt`, two trainings) - ERM",
-    "DROAdaptive_trim5": "`nnUNetTrainerDROAdaptive_trim5` (outlier trim) - ERM",
-}
-#: record arm -> the row label of the label-noise table in docs/evidence.md
-NOISE_ROWS = {
-    "ERM": "ERM (Dice)",
-    "DROAdaptive": "default `nnUNetTrainerDROAdaptive` - ERM",
-    "DROAdaptive_trim5": "`nnUNetTrainerDROAdaptive_trim5` (outlier trim) - ERM",
-}
-
-
-def test_evidence_alternatives_table_is_its_records_larger_test_table():
-    """The comparison with nnU-Net's own trainers in docs/evidence.md is the ``alternatives177_240``
-    record's larger-test table, cell by cell; the README quotes the same cells."""
-    record = record_large_test_rows(ROOT / "data_docs" / "benchmark_record" / "alternatives177_240" / "summary.md")
-    page = table_rows(EVIDENCE.read_text().splitlines(), "| 177 cases, 240 epochs, seeds 13-15, 300 further")
-    for arm, label in ALTERNATIVE_ROWS.items():
-        for column in ("seeds", *COLUMNS):
-            assert page[label][column] == record[arm][column], (arm, column)
-    readme = " ".join(README.read_text().split())
-    for arm in ("DROAdaptive_untilLearned", "DiceTopK10", "JTT"):
-        for column in ("other intra_axial_csf p10", "spina_bifida cerebellum p10"):
-            assert record[arm][column].split()[0] in readme, (arm, column)
-
-
-def test_evidence_label_noise_table_is_its_records():
-    """The label-noise table in docs/evidence.md is the ``noise177_240`` record's larger-test table
-    and its share of draws on the noisy cases, cell by cell."""
-    summary = RECORDS / "noise177_240" / "summary.md"
-    record = record_large_test_rows(summary)
-    shares = record_section_rows(summary, "## Label noise: are the noisy cases chased?")
-    page = table_rows(EVIDENCE.read_text().splitlines(), "| 177 cases, 8 with wrong labels, 240 epochs")
-    for arm, label in NOISE_ROWS.items():
-        assert label in page, f"docs/evidence.md lost the row {label!r}"
-        for column in ("seeds", *COLUMNS):
-            assert page[label][column] == record[arm][column], (arm, column)
-        assert page[label]["noisy cases' share of draws (x uniform)"] == \
-            f"{shares[arm]['share of draws on them']} ({shares[arm]['x uniform']})", arm
-
-
-@pytest.mark.parametrize("page", [README, EVIDENCE])
-def test_pages_state_the_headline_seeds_of_the_record(page):
-    seeds = re.search(r"Seeds ([\d, ]+): every arm's final network", RECORD.read_text()).group(1)
-    assert len(seeds.split(",")) == 4
-    assert "four" in page.read_text() or "4 seeds" in page.read_text()
-
-
 def test_evidence_gpu_table_is_the_recorded_gpu_check():
     """The GPU cost table of docs/evidence.md is the recorded gpu_check.json of the H200 run."""
-    import json
-
-    record = json.loads((ROOT / "data_docs" / "benchmark_record" / "gpu_check_h200" / "gpu_check.json").read_text())
+    record = json.loads((RECORDS / "gpu_check_h200" / "gpu_check.json").read_text())
     assert record["device"] == "NVIDIA H200"
     timing = record["timing"]
     page = table_rows(EVIDENCE.read_text().splitlines(), "| trainer | median of paired ratios")
     assert page["`nnUNetTrainer`"]["median of paired ratios to nnU-Net (IQR)"] == \
         f"{1e3 * timing['median_seconds']['nnUNetTrainer']:.1f} ms per iteration"
     for name, entry in timing["ratios"].items():
-        row = page[f"`{name}`"]
+        cells = page[f"`{name}`"]
         q1, q3 = entry["paired_ratio_iqr"]
-        assert row["median of paired ratios to nnU-Net (IQR)"] == \
+        assert cells["median of paired ratios to nnU-Net (IQR)"] == \
             f"{entry['median_paired_ratio']:.3f} ({q1:.3f}-{q3:.3f})", name
-        assert row["ratio of medians"] == f"{entry['ratio_of_medians']:.3f}", name
-        assert row["epoch end, per 250 iterations"] == \
+        assert cells["ratio of medians"] == f"{entry['ratio_of_medians']:.3f}", name
+        assert cells["epoch end, per 250 iterations"] == \
             f"+{1e3 * entry['epoch_end_seconds']:.0f} ms ({entry['epoch_end_ratio_250_iterations']:.3f} x)", name
-
-
-RECORDS = ROOT / "data_docs" / "benchmark_record"
-#: the small-cohort tables of docs/evidence.md: (first cell of the header row, record folder, seeds)
-SMALL_COHORT_TABLES = [
-    ("| 64-case cohort, 120 epochs |", RECORDS / "stability64", range(4)),
-    ("| 40-case cohort, 240 epochs |", RECORDS / "stability40_240", range(4)),
-    ("| 64-case cohort, 240 epochs |", RECORDS / "stability64_240", range(4)),
-]
-#: a small-cohort table's row label in docs/evidence.md -> (condition, region, statistic)
-STABILITY_ROWS = {
-    "default - ERM: spina_bifida cerebellum p10": [("spina_bifida", "cerebellum", "p10")],
-    "default - ERM: other cerebellum p10": [("other", "cerebellum", "p10")],
-    "default - ERM: other intra-axial CSF p10": [("other", "intra_axial_csf", "p10")],
-    "default - ERM: control means (WM / CSF / cerebellum)": [
-        ("control", region, "mean") for region in ("white_matter", "intra_axial_csf", "cerebellum")],
-}
-
-
-@pytest.mark.parametrize("header, record, seeds", SMALL_COHORT_TABLES)
-def test_evidence_small_cohort_tables_are_their_records(header, record, seeds):
-    """Each seed's paired difference in a small-cohort table of docs/evidence.md is the record's
-    (``summary_by_seed.csv``, the 30 first test cases), and so are the learning epochs and lost epochs."""
-    import pandas as pd
-
-    rows = table_rows(EVIDENCE.read_text().splitlines(), header)
-    by_seed = pd.read_csv(record / "summary_by_seed.csv").set_index(["seed", "method", "group", "region"])
-    runs = pd.read_csv(record / "runs.csv").set_index(["arm", "seed"])
-    for seed in seeds:
-        column = f"seed {seed}"
-        for label, cells in STABILITY_ROWS.items():
-            expected = " / ".join(
-                f"{by_seed.loc[(seed, 'DROAdaptive', group, region), stat] - by_seed.loc[(seed, 'ERM', group, region), stat]:+.1f}"
-                for group, region, stat in cells)
-            assert rows[label][column] == expected, (label, column)
-        learned = " / ".join(str(int(runs.loc[(arm, seed), "all_learned_epoch"])) for arm in ("ERM", "DROAdaptive"))
-        assert rows["every structure at pseudo-Dice 0.2 from epoch: ERM / default"][column] == learned
-        lost = " / ".join(str(int(runs.loc[(arm, seed), "lost_epochs"])) for arm in ("ERM", "DROAdaptive"))
-        assert rows["learned-structure lost epochs: ERM / default"][column] == lost
-
-
-STABILITY_LARGE_ROWS = {
-    "the same on 100 further test cases per group: spina_bifida cerebellum p10": STABILITY_ROWS[
-        "default - ERM: spina_bifida cerebellum p10"],
-    "other cerebellum p10": STABILITY_ROWS["default - ERM: other cerebellum p10"],
-    "other intra-axial CSF p10": STABILITY_ROWS["default - ERM: other intra-axial CSF p10"],
-    "control means (WM / CSF / cerebellum)": STABILITY_ROWS["default - ERM: control means (WM / CSF / cerebellum)"],
-}
-
-
-@pytest.mark.parametrize("header, record, seeds", SMALL_COHORT_TABLES)
-def test_evidence_small_cohort_larger_test_rows_are_the_records(header, record, seeds):
-    """A small-cohort table's rows on 100 further test cases per group, re-computed with the
-    evaluation's own ``summarize`` from the record's per-case Dice (``per_case_large_test.csv``)."""
-    import pandas as pd
-
-    from nnunet_dro.evaluation.stats import summarize
-
-    rows = table_rows(EVIDENCE.read_text().splitlines(), header)
-
-    tables = {(seed, arm): pd.read_csv(record / "runs" / f"seed_{seed}" / "arms" / arm / "per_case_large_test.csv")
-              for seed in seeds for arm in ("ERM", "DROAdaptive")}
-
-    def statistic(seed, arm, group, region, stat):
-        table = tables[(seed, arm)]
-        values = table[(table.metric == "dice") & (table.condition == group) & (table.region == region)].value
-        return summarize(values, [10])[stat]
-
-    for seed in seeds:
-        for label, cells in STABILITY_LARGE_ROWS.items():
-            expected = " / ".join(f"{statistic(seed, 'DROAdaptive', *cell) - statistic(seed, 'ERM', *cell):+.1f}"
-                                  for cell in cells)
-            assert rows[label][f"seed {seed}"] == expected, (label, seed)

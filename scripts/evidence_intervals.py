@@ -1,0 +1,219 @@
+"""Paired gains over seeds, with their 95 % interval over seeds and the ERM-vs-ERM noise floor,
+from the stored benchmark record: the one table the README's and docs/evidence.md's evidence
+lines are checked against (tests/test_figures.py).
+
+Usage (reads only data_docs/benchmark_record/, trains nothing; a few seconds)::
+
+    python scripts/evidence_intervals.py            # rewrites data_docs/benchmark_record/evidence_intervals.csv
+    python scripts/evidence_intervals.py --check    # exit 1 if the stored table is not what the record gives
+
+Per record, seed and run, five statistics of the Dice (in percent) on the larger test set (100
+further test cases per group): the spina bifida cerebellum p10, the "other" intra-axial CSF p10
+(numpy's linear percentile) and each control region's mean. A method's value on a seed is the
+mean over its runs on that seed (two runs where the record has a rerun: ``ERM_repeat`` is a second
+ERM run, ``DROAdaptive_repeat`` a second run of the default); its gain on a seed is that value
+minus ERM's value on the same seed (same cohort, same initial weights), so a seed where ERM was
+trained twice is compared with the mean of both ERM runs. The gain over seeds: mean, 95 %
+t-interval over seeds (k - 1 degrees of freedom; none with one seed) and the signs per seed. The
+noise floor is ERM's second run minus its first on the seeds that have both: what a gain looks
+like when there is no method at all.
+
+These are intervals over seeds (training runs). The record's ``p10_intervals*.csv`` resample test
+cases with both networks fixed; they leave out run-to-run variance and are not used here.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
+OUTPUT = RECORD / "evidence_intervals.csv"
+
+#: (group, region, statistic): the minorities' worst tenth and the majority's means
+STATISTICS = (
+    ("spina_bifida", "cerebellum", "p10"),
+    ("other", "intra_axial_csf", "p10"),
+    ("control", "white_matter", "mean"),
+    ("control", "intra_axial_csf", "mean"),
+    ("control", "cerebellum", "mean"),
+)
+#: record arm -> (method, run): arms that are a second run of a method count as that method's runs
+RUNS = {
+    "ERM_repeat": ("ERM", 2),
+    "DROAdaptive_untilLearned": ("DROAdaptive", 1),
+    "DROAdaptive_repeat": ("DROAdaptive", 2),
+    "Adaptive_f50_noIS_cap5": ("DROAdaptive_fromStart", 1),
+}
+#: method -> the row label the docs give it
+LABELS = {
+    "DROAdaptive": "default `nnUNetTrainerDROAdaptive`",
+    "DROAdaptive_fromStart": "`_fromStart` (robust from epoch 1; the default until Nov. 27)",
+    "DROAdaptive_trim5": "`nnUNetTrainerDROAdaptive_trim5` (outlier trim)",
+    "DiceTopK10": "`nnUNetTrainerDiceTopK10Loss`",
+    "TopK10": "`nnUNetTrainerTopk10Loss`",
+    "Oversample033": "`nnUNetTrainer_probabilisticOversampling_033`",
+    "JTT": "Just Train Twice (`nnunet_dro jtt`)",
+    "GroupBalanced": "balanced sampling (knows the groups)",
+    "Adaptive_f25_noIS_cap5": "f = 0.25 with the cap",
+}
+#: the records the docs quote, with the cohort each was run on
+RECORDS = {
+    "alternatives177_240": "177 cases, 240 epochs",
+    "robustness177_240": "177 cases, 240 epochs",
+    "noise177_240": "177 cases (8 wrong labels), 240 epochs",
+    "stability40_240": "40 cases, 240 epochs",
+    "stability64": "64 cases, 120 epochs",
+    "stability64_240": "64 cases, 240 epochs",
+}
+
+
+def statistic(values: np.ndarray, name: str) -> float:
+    """``p10`` (numpy's linear percentile) or ``mean`` of one group's per-case Dice.
+
+    >>> statistic(np.arange(11.0), "p10"), statistic(np.arange(11.0), "mean")
+    (1.0, 5.0)
+    """
+    return float(np.percentile(values, 10) if name == "p10" else np.mean(values))
+
+
+def per_run_statistics(per_case: pd.DataFrame) -> pd.DataFrame:
+    """One row per (method, run, seed, statistic): the value of that run on that seed."""
+    rows = []
+    dice = per_case[per_case["metric"] == "dice"]
+    for (arm, seed), run_cases in dice.groupby(["method", "seed"]):
+        method, run = RUNS.get(arm, (arm, 1))
+        for group, region, name in STATISTICS:
+            values = run_cases.loc[(run_cases["condition"] == group) & (run_cases["region"] == region), "value"]
+            rows.append({"method": method, "run": run, "seed": int(seed),
+                         "statistic": f"{group} {region} {name}", "value": statistic(values.to_numpy(), name)})
+    return pd.DataFrame(rows)
+
+
+def interval_over_seeds(gains: np.ndarray) -> tuple[float, float]:
+    """95 % t-interval of the mean over seeds; (nan, nan) with fewer than two seeds.
+
+    >>> low, high = interval_over_seeds(np.array([1.0, 2.0, 3.0]))
+    >>> round(low, 2), round(high, 2)
+    (-0.48, 4.48)
+    """
+    k = len(gains)
+    if k < 2:
+        return float("nan"), float("nan")
+    half = stats.t.ppf(0.975, k - 1) * np.std(gains, ddof=1) / np.sqrt(k)
+    return float(np.mean(gains) - half), float(np.mean(gains) + half)
+
+
+def gains_over_seeds(runs: pd.DataFrame, record: str, baseline: str = "ERM") -> list[dict]:
+    """Each method's gain over ``baseline`` per seed (each side the mean over its runs on that seed)
+    and over seeds; with ERM as the baseline, also the noise floor (ERM's second run minus its first)."""
+    by_seed = runs.groupby(["method", "seed", "statistic"])["value"].agg(["mean", "count"]).reset_index()
+    base = by_seed[by_seed["method"] == baseline].set_index(["seed", "statistic"])["mean"]
+    rows = []
+
+    def add(method: str, comparison: str, per_seed: pd.Series, runs_per_seed: pd.Series) -> None:
+        gains = per_seed.to_numpy()
+        low, high = interval_over_seeds(gains)
+        rows.append({
+            "record": record, "cohort": RECORDS[record], "method": method, "comparison": comparison,
+            "statistic": statistic_name, "seeds": len(gains),
+            "seed_list": " ".join(str(s) for s in per_seed.index),
+            "runs_per_seed": " ".join(str(int(n)) for n in runs_per_seed),
+            "gain_per_seed": " ".join(f"{g:+.1f}" for g in gains),
+            "mean": round(float(np.mean(gains)), 2),
+            "ci_seeds_low": round(low, 2), "ci_seeds_high": round(high, 2),
+            "signs": "".join("+" if g > 0 else "-" for g in gains),
+        })
+
+    for statistic_name in [f"{g} {r} {s}" for g, r, s in STATISTICS]:
+        for method in sorted(set(by_seed["method"]) - {"ERM", baseline}):
+            own = by_seed[(by_seed["method"] == method) & (by_seed["statistic"] == statistic_name)].set_index("seed")
+            seeds = [s for s in own.index if (s, statistic_name) in base.index]
+            gain = pd.Series({s: own.loc[s, "mean"] - base[(s, statistic_name)] for s in seeds}, dtype=float)
+            add(method, f"minus {baseline}", gain, own.loc[seeds, "count"])
+        if baseline != "ERM":
+            continue
+        pairs = runs[(runs["method"] == "ERM") & (runs["statistic"] == statistic_name)].pivot(
+            index="seed", columns="run", values="value").dropna()
+        if 2 in pairs.columns and len(pairs):
+            add("ERM", "noise floor: ERM's second run minus its first", pairs[2] - pairs[1],
+                pd.Series(2, index=pairs.index))
+    return rows
+
+
+def evidence_table() -> pd.DataFrame:
+    """The whole table, every record the docs quote."""
+    rows = []
+    for record in RECORDS:
+        per_case = pd.read_csv(RECORD / record / "per_case_large_test.csv")
+        runs = per_run_statistics(per_case)
+        rows.extend(gains_over_seeds(runs, record))
+        if record == "alternatives177_240":  # the alternatives against the default, like for like
+            rows.extend(gains_over_seeds(runs, record, baseline="DROAdaptive"))
+    return pd.DataFrame(rows)
+
+
+def cell(row: pd.Series) -> str:
+    """One table cell: mean gain, its 95 % interval over seeds and the sign per seed.
+
+    >>> cell(pd.Series({"mean": 10.6, "ci_seeds_low": 3.0, "ci_seeds_high": 18.2, "signs": "+++", "seeds": 3}))
+    '+10.6 (3.0 to 18.2) [+++]'
+    >>> cell(pd.Series({"mean": 14.2, "ci_seeds_low": float("nan"), "ci_seeds_high": float("nan"), "signs": "+", "seeds": 1}))
+    '+14.2 (one seed) [+]'
+    """
+    interval = "one seed" if int(row["seeds"]) < 2 else f"{row['ci_seeds_low']:.1f} to {row['ci_seeds_high']:.1f}"
+    return f"{row['mean']:+.1f} ({interval}) [{row['signs']}]"
+
+
+def markdown_table(table: pd.DataFrame, record: str, comparison: str = "ERM",
+                   methods: tuple[str, ...] | None = None) -> list[str]:
+    """The docs' table of one record: a row per method, a column per statistic (tests/test_figures.py
+    compares docs/evidence.md's cells with this)."""
+    part = table[(table["record"] == record) & (table["comparison"].str.endswith(comparison)
+                                                | table["comparison"].str.startswith("noise floor"))]
+    if comparison != "ERM":
+        part = part[part["comparison"] == f"minus {comparison}"]
+    if methods is not None:
+        part = part[part["method"].isin(methods)]
+    names = [f"{g} {r} {s}" for g, r, s in STATISTICS]
+    lines = [f"| {record}: minus {comparison} | seeds | " + " | ".join(names) + " |",
+             "|---|---:|" + "---:|" * len(names)]
+    for (method, comp), rows in part.groupby(["method", "comparison"], sort=False):
+        label = "ERM again (noise floor)" if comp.startswith("noise floor") else LABELS.get(method, method)
+        by_name = rows.set_index("statistic")
+        lines.append(f"| {label} | {by_name.iloc[0]['seeds']} | "
+                     + " | ".join(cell(by_name.loc[n]) for n in names) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare with the stored table, write nothing")
+    parser.add_argument("--markdown", metavar="RECORD[:BASELINE[:METHOD,...]]", help="print one record's docs table")
+    args = parser.parse_args(argv)
+    table = evidence_table()
+    if args.markdown:
+        record, baseline, methods = (args.markdown.split(":") + ["", ""])[:3]
+        print("\n".join(markdown_table(table, record, baseline or "ERM",
+                                        tuple(methods.split(",")) if methods else None)))
+        return 0
+    if args.check:
+        stored = pd.read_csv(OUTPUT, keep_default_na=False, dtype=str)
+        fresh = pd.read_csv(pd.io.common.StringIO(table.to_csv(index=False)), keep_default_na=False, dtype=str)
+        if not stored.equals(fresh):
+            print(f"{OUTPUT} is not what the record gives: run scripts/evidence_intervals.py", file=sys.stderr)
+            return 1
+        return 0
+    tmp = OUTPUT.with_suffix(".csv.tmp")
+    table.to_csv(tmp, index=False)
+    tmp.replace(OUTPUT)
+    print(table.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -38,7 +38,7 @@ from nnunetv2.training.nnUNetTrainer.variants.sampling.nnUNetTrainer_probabilist
     nnUNetTrainer_probabilisticOversampling_033
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
-from nnunet_dro.training.registry import BUDGET_SUFFIX, TRAINERS
+from nnunet_dro.training.registry import PREFIX, TRAINERS
 from nnunet_dro.training.stability import learning_time_line, pseudo_dice_history, stability_line
 
 #: Environment variables (nnU-Net style): the seed of a benchmark repetition, and overrides of
@@ -136,11 +136,8 @@ class nnUNetTrainer_CPUBudget(CPUBudget, nnUNetTrainer):
     """nnU-Net's ERM trainer with the CPU budget."""
 
 
-class nnUNetTrainer_CPUBudget_repeat(nnUNetTrainer_CPUBudget):
-    """The same ERM again, in a results folder of its own (nnU-Net names the folder after the
-    trainer): a second run on the same cohort with the same initial weights. nnU-Net's
-    augmentation workers are not seeded, so the two runs differ as any two runs do; the paired
-    difference of this arm to ERM is the run-to-run noise every other comparison carries."""
+#: a CPU-budget twin's name: its trainer's and this
+BUDGET_SUFFIX = "_CPUBudget"
 
 
 def budget_twin(trainer: type) -> type:
@@ -155,31 +152,24 @@ def budget_twin(trainer: type) -> type:
 #: losses on the hardest 10 % of voxels, and foreground oversampling (the benchmark's comparison arms)
 NNUNET_ALTERNATIVES = (nnUNetTrainerDiceTopK10Loss, nnUNetTrainerTopk10Loss, nnUNetTrainer_probabilisticOversampling_033)
 
-#: every CPU-budget trainer by name: nnU-Net's ERM, its repeat, a twin of every trainer of ours and
-#: of nnU-Net's alternatives
+#: every CPU-budget trainer by name: nnU-Net's ERM, a twin of every trainer of ours and of nnU-Net's
+#: alternatives. A second run of one of them (the benchmark's ``ERM_repeat``, ``JTT``) is another
+#: results folder, not another class (:data:`nnunet_dro.lab.pipeline.ARM_PLANS`).
 BUDGET_TRAINERS: dict[str, type] = {
     "nnUNetTrainer_CPUBudget": nnUNetTrainer_CPUBudget,
-    "nnUNetTrainer_CPUBudget_repeat": nnUNetTrainer_CPUBudget_repeat,
     **{twin.__name__: twin for twin in map(budget_twin, (*TRAINERS.values(), *NNUNET_ALTERNATIVES))},
 }
 
 
-class nnUNetTrainerCaseWeights_CPUBudget_JTT(BUDGET_TRAINERS["nnUNetTrainerCaseWeights_CPUBudget"]):
-    """The second training of Just Train Twice (the benchmark's JTT arm): ``nnUNetTrainerCaseWeights``
-    with the CPU budget, in a results folder of its own (nnU-Net names the folder after the
-    trainer), reading the error set's table from ``nnUNet_dro_case_weights``."""
-
-
-BUDGET_TRAINERS[nnUNetTrainerCaseWeights_CPUBudget_JTT.__name__] = nnUNetTrainerCaseWeights_CPUBudget_JTT
-
-
-class nnUNetTrainerDROAdaptive_CPUBudget_repeat(BUDGET_TRAINERS["nnUNetTrainerDROAdaptive_CPUBudget"]):
-    """The default DRO trainer again, in a results folder of its own (the benchmark's
-    ``DROAdaptive_repeat`` arm): a second run of the default on a cohort that already has one, so
-    that the default can be trained under the same conditions as an arm it is compared with
-    (threads, cores) and still be paired with the ERM run of that cohort. Same setting, same
-    initial weights and draw seed; the augmentation workers are unseeded, as for ``ERM_repeat``."""
-
-
-BUDGET_TRAINERS[nnUNetTrainerDROAdaptive_CPUBudget_repeat.__name__] = nnUNetTrainerDROAdaptive_CPUBudget_repeat
 globals().update(BUDGET_TRAINERS)  # module attributes, so nnU-Net's lookup by name finds them
+
+
+def arm_name(trainer_name: str) -> str:
+    """The benchmark arm of a trainer: its name without ``nnUNetTrainer`` and ``_CPUBudget``
+    (``ERM`` for nnU-Net's own trainer).
+
+    >>> arm_name("nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget"), arm_name("nnUNetTrainer_CPUBudget")
+    ('DROAdaptive_f90_noIS', 'ERM')
+    """
+    name = trainer_name[:-len(BUDGET_SUFFIX)] if trainer_name.endswith(BUDGET_SUFFIX) else trainer_name
+    return "ERM" if name == PREFIX else name[len(PREFIX):].lstrip("_") if name.startswith(PREFIX) else name

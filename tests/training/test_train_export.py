@@ -248,7 +248,7 @@ def test_a_cpu_budget_network_is_refused(trained, capsys, monkeypatch, tmp_path)
     """The *_CPUBudget trainers train a narrower network: exporting one as nnUNetTrainer is refused.
     The checkpoint is the trained model's with the network nnUNetTrainerDRO_CPUBudget builds from the
     same plans (what its training would save; training it would only add minutes)."""
-    from nnunet_dro.training.budget import nnUNetTrainerDRO_CPUBudget
+    from nnunet_dro.lab.budget import nnUNetTrainerDRO_CPUBudget
     from nnunet_dro.workflows.export import build_network
 
     model = trained
@@ -264,6 +264,9 @@ def test_a_cpu_budget_network_is_refused(trained, capsys, monkeypatch, tmp_path)
     for key, value in model.env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("nnUNet_results", str(results))
+    from nnunet_dro.lab.ext_trainers import LAB_TRAINER_DIR  # where the lab's twins are found
+
+    monkeypatch.setenv("nnUNet_extTrainer", os.pathsep.join([LAB_TRAINER_DIR, model.env["nnUNet_extTrainer"]]))
     out = tmp_path / "out" / "budget.zip"
     line = expect_error(capsys, ["export", "-d", str(model.ds.dataset_id), "-o", str(out), "-tr",
                                  "nnUNetTrainerDRO_CPUBudget", "-f", "0"], "the network differs from nnUNetTrainer's",

@@ -547,8 +547,7 @@ class GPUCheck:
     def time_iterations(self) -> str:
         """Interleaved per-iteration timing in this process (``scripts/benchmark_overhead.py``'s
         method, with CUDA synchronisation), then the epoch-end additions of each DRO trainer."""
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from benchmark_overhead import build_trainer, interleaved_step_times, time_epoch_additions
+        from nnunet_dro.lab.timing import build_trainer, interleaved_step_times, time_epoch_additions
 
         for key in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
             os.environ[key] = self.env[key]

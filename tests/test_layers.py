@@ -76,6 +76,23 @@ def test_the_lab_is_above_every_product_part_it_uses():
                              if part_of(t) != LAB)
 
 
+def _nnunet_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "nnunetv2":
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "nnunetv2"]
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(p for part in ("workflows", "commands") for p in (PACKAGE / part).rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_workflows_and_commands_reach_nnunet_through_its_cli_or_nnunet_compat(path):
+    """nnU-Net's internals are named in ``training/nnunet_compat.py`` only (where an upgrade is checked)."""
+    assert not _nnunet_imports(path), f"{path.relative_to(PACKAGE)} imports {_nnunet_imports(path)}"
+
+
 def test_no_import_cycle_between_modules():
     known = set(GRAPH)
 

@@ -7,12 +7,13 @@ changes only what a 2-core CPU cannot afford:
 
 - the network is narrower: a quarter of nnU-Net's features per stage (``budget_width_divisor``);
   the same class of network, stages, kernels and strides, so prediction uses the same class;
-- the budget is 120 epochs x 25 iterations = 3000 iterations (``budget_epochs``,
-  ``budget_iterations_per_epoch``), 3 validation iterations per epoch;
+- the budget is 120 epochs x 25 iterations = 3000 iterations, 3 validation iterations per epoch
+  (a :class:`~nnunet_dro.training.short_run.ShortRun` of that size);
 - nnU-Net's final validation is skipped (``budget_final_validation``): with fold ``all`` it only
   re-predicts the training cases; the benchmark evaluates a held-out test set instead;
-- ``nnUNet_dro_num_epochs`` / ``nnUNet_dro_iterations_per_epoch`` override the budget (quick
-  looks and tests; every figure we report uses the class defaults);
+- ``nnUNet_dro_short_run`` (``EPOCHS[xITERATIONS]``, the one short-run variable of
+  :mod:`nnunet_dro.training.short_run`) overrides the budget (quick looks and tests; every
+  figure we report uses the class defaults);
 - with ``nnUNet_dro_seed`` set (an integer), torch is seeded right before the network is built,
   so every arm of one benchmark repetition starts from the same initial weights, and a DRO
   trainer's draws use that seed (the augmentation workers stay unseeded, as in nnU-Net);
@@ -39,13 +40,12 @@ from nnunetv2.training.nnUNetTrainer.variants.sampling.nnUNetTrainer_probabilist
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
 from nnunet_dro.training.registry import PREFIX, TRAINERS
+from nnunet_dro.training.short_run import SHORT_RUN_ENV, ShortRun  # noqa: F401 (SHORT_RUN_ENV: the budget's override)
 from nnunet_dro.training.stability import learning_time_line, pseudo_dice_history, stability_line
 
-#: Environment variables (nnU-Net style): the seed of a benchmark repetition, and overrides of
-#: the budget (smoke tests and quick looks; the benchmark's figures use the class defaults).
+#: Environment variables (nnU-Net style): the seed of a benchmark repetition and torch's threads
+#: (the budget's override is the short run's, ``SHORT_RUN_ENV``).
 SEED_ENV = "nnUNet_dro_seed"
-EPOCHS_ENV = "nnUNet_dro_num_epochs"
-ITERATIONS_ENV = "nnUNet_dro_iterations_per_epoch"
 THREADS_ENV = "nnUNet_dro_torch_threads"
 
 
@@ -64,12 +64,14 @@ def budget_seed() -> int | None:
     return _int_from_env(SEED_ENV)
 
 
-class CPUBudget:
+class CPUBudget(ShortRun):
     """Mixin: the CPU budget described in the module docstring. Put it *first* in the bases."""
 
-    budget_epochs: int = 120
-    budget_iterations_per_epoch: int = 25
-    budget_val_iterations_per_epoch: int = 3
+    short_epochs: int = 120
+    short_iterations: int = 25
+    short_val_iterations: int = 3
+    #: the budget's epochs (``nnunet_dro demo`` scales them)
+    budget_epochs: int = short_epochs
     budget_width_divisor: int = 4
     budget_min_features: int = 4
     budget_final_validation: bool = False
@@ -82,9 +84,6 @@ class CPUBudget:
             if threads < 1:
                 raise RuntimeError(f"{THREADS_ENV}={threads}: must be at least 1")
             torch.set_num_threads(threads)  # after nnUNetv2_train's own set_num_threads(cpu_count())
-        self.num_epochs = _int_from_env(EPOCHS_ENV) or self.budget_epochs
-        self.num_iterations_per_epoch = _int_from_env(ITERATIONS_ENV) or self.budget_iterations_per_epoch
-        self.num_val_iterations_per_epoch = self.budget_val_iterations_per_epoch
         seed = budget_seed()
         if seed is not None and hasattr(self, "dro_seed"):
             self.dro_seed = seed

@@ -35,9 +35,10 @@ from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
-from nnunet_dro.lab.budget import BUDGET_TRAINERS, EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV, THREADS_ENV, arm_name
+from nnunet_dro.lab.budget import BUDGET_TRAINERS, SEED_ENV, THREADS_ENV, arm_name
 from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_ENV, CASE_WEIGHTS_FILENAME
+from nnunet_dro.training.short_run import SHORT_RUN_ENV, short_run_value
 from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, START_EPOCH, THRESHOLD, all_learned_epoch,
                                           collapsed_epochs, learning_time_text, lost_epochs)
 from nnunet_dro.weighting.hardness import UNIFORM_BETA
@@ -145,12 +146,13 @@ class Budget:
     iterations_per_epoch: int | None = None
 
     def env(self) -> dict[str, str]:
-        out = {}
-        if self.epochs:
-            out[EPOCHS_ENV] = str(self.epochs)
-        if self.iterations_per_epoch:
-            out[ITERATIONS_ENV] = str(self.iterations_per_epoch)
-        return out
+        """``nnUNet_dro_short_run`` for the overrides (none: the budget as it is).
+
+        >>> Budget().env(), Budget(1, 2).env(), Budget(iterations_per_epoch=4).env()
+        ({}, {'nnUNet_dro_short_run': '1x2'}, {'nnUNet_dro_short_run': 'x4'})
+        """
+        value = short_run_value(self.epochs or None, self.iterations_per_epoch or None)
+        return {SHORT_RUN_ENV: value} if value else {}
 
 
 class Workspace:

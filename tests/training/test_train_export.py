@@ -69,7 +69,7 @@ def trained(label_dataset, test_trainer_dir, tmp_path_factory) -> TrainedModel:
     results = work / "results_training"
     results.mkdir()
     env = dict(ds.env)
-    env.update({"nnUNet_results": str(results), "DRO_TEST_NUM_EPOCHS": "1", "DRO_TEST_SKIP_FINAL_VALIDATION": "0",
+    env.update({"nnUNet_results": str(results), "nnUNet_dro_short_run": "1", "DRO_TEST_SKIP_FINAL_VALIDATION": "0",
                 "nnUNet_extTrainer": os.pathsep.join([TRAINER_DIR, str(test_trainer_dir)])})
     run_in([BIN / "nnUNetv2_train", ds.dataset_id, "3d_fullres", 0, "-tr", TRAINER, "-device", "cpu"], env, work)
     predictions = work / "predictions_original"
@@ -86,7 +86,7 @@ def stock_only_env(model: TrainedModel, results: Path) -> dict:
     (shadow / "nnunet_dro" / "__init__.py").write_text(
         'raise ImportError("nnunet_dro is not available in this process (export test)")\n')
     env = {k: v for k, v in model.env.items()
-           if k not in ("nnUNet_extTrainer", "PYTHONPATH", "DRO_TEST_NUM_EPOCHS", "DRO_TEST_SKIP_FINAL_VALIDATION")}
+           if k not in ("nnUNet_extTrainer", "PYTHONPATH", "nnUNet_dro_short_run", "DRO_TEST_SKIP_FINAL_VALIDATION")}
     env.update({"PYTHONPATH": str(shadow), "nnUNet_results": str(results)})
     return env
 

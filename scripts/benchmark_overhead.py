@@ -38,23 +38,12 @@ from nnunet_dro.lab.timing import build_trainer, interleaved_step_times, time_ep
 
 
 def make_synthetic_dataset(root: Path, dataset_id: int, num_cases: int, size: int) -> None:
-    """Noisy spheres (label 1) in ``size^3`` volumes, planned and preprocessed for 3d_fullres."""
-    import nibabel as nib
-    from nnunetv2.dataset_conversion.generate_dataset_json import generate_dataset_json
+    """The package's synthetic fetal cohort (``nnunet_dro make-synthetic --kind fetal``: the one
+    generator of data, benchmarks and tests), ``num_cases`` training cases of ``size^3`` under
+    ``root/raw``, planned and preprocessed for 3d_fullres."""
+    from nnunet_dro.data.synthetic_fetal import make_fetal_dataset
 
-    folder = root / "raw" / f"Dataset{dataset_id:03d}_DROBenchmark"
-    (folder / "imagesTr").mkdir(parents=True)
-    (folder / "labelsTr").mkdir()
-    rng = np.random.default_rng(0)
-    grid = np.stack(np.meshgrid(*[np.arange(size)] * 3, indexing="ij"), -1).astype(np.float32)
-    for i in range(num_cases):
-        dist = np.linalg.norm(grid - rng.uniform(0.35 * size, 0.65 * size, 3), axis=-1)
-        seg = (dist < rng.uniform(0.15, 0.3) * size).astype(np.uint8)
-        image = (100.0 * seg + rng.normal(0, 20, seg.shape)).astype(np.float32)
-        nib.save(nib.Nifti1Image(image, np.eye(4)), str(folder / "imagesTr" / f"case_{i:03d}_0000.nii.gz"))
-        nib.save(nib.Nifti1Image(seg, np.eye(4)), str(folder / "labelsTr" / f"case_{i:03d}.nii.gz"))
-    generate_dataset_json(str(folder), {0: "MRI"}, {"background": 0, "sphere": 1}, num_cases, ".nii.gz",
-                          dataset_name="DROBenchmark")
+    make_fetal_dataset(dataset_id, "DROBenchmark", n_train=num_cases, n_test=0, size=size)
     subprocess.run([str(Path(sys.executable).parent / "nnUNetv2_plan_and_preprocess"), "-d", str(dataset_id),
                     "-c", "3d_fullres", "-np", "2", "-npfp", "2"], check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "nnUNet_n_proc_DA": "2"})  # planning crashes with 0

@@ -643,33 +643,6 @@ def test_training_fit_sets_training_beside_test(bench, training, test, expected)
     assert bench.training_fit_section(fit.iloc[:0]) == []
 
 
-@pytest.mark.slow
-def test_smoke_run_scores_further_cases_with_the_trained_network(bench, tmp_path, capsys):
-    """End to end through nnU-Net's CLIs: a one-epoch ERM run, then its network predicts a larger
-    test set drawn apart from the cohort and its own training cases; asking for another size of
-    larger test set in the same folder is refused. The training runs with one torch thread
-    (``--torch-threads 1``; nnU-Net alone would give it every core), as its log says."""
-    common = ["--seeds", "1", "--arms", "ERM", "--epochs", "1", "--iterations", "2", "--n-train", "10",
-              "--n-test", "6", "--size", "16", "-o", str(tmp_path)]
-    assert bench.main(common + ["--large-test", "3", "--training-fit", "--torch-threads", "1"]) == 0
-    logs = list((tmp_path / "runs" / "seed_0" / "nnunet" / "nnUNet_results").rglob("training_log_*.txt"))
-    assert len(logs) == 1 and "torch threads 1, seed 0" in logs[0].read_text()
-    training = pd.read_csv(tmp_path / "runs" / "seed_0" / "arms" / "ERM" / "per_case_training.csv")
-    assert training["case"].nunique() == 10 and training["value"].between(0, 100).all()
-    assert "## Fit on the training cases" in (tmp_path / "summary.md").read_text()
-    seed = tmp_path / "runs" / "seed_0"
-    scored = pd.read_csv(seed / "arms" / "ERM" / "per_case_large_test.csv")
-    assert scored.groupby("condition")["case"].nunique().to_dict() == {"control": 3, "other": 3, "spina_bifida": 3}
-    assert set(scored["region"]) == {"white_matter", "intra_axial_csf", "cerebellum"}
-    assert scored["value"].between(0, 100).all()
-    main_cases = set(pd.read_csv(seed / "arms" / "ERM" / "per_case.csv")["case"])
-    assert len(main_cases) == 6 and json.loads((seed / "large_test.json").read_text())["seed"] == 1_000_000
-    assert "## On a larger test set" in (tmp_path / "summary.md").read_text()
-    capsys.readouterr()
-    assert bench.main(common + ["--large-test", "4"]) == 2
-    assert "larger test set was drawn as" in capsys.readouterr().err
-
-
 def test_the_script_is_a_thin_entry_point_to_the_module():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--report-only" in proc.stdout and "--export-record" in proc.stdout
@@ -829,7 +802,8 @@ def test_two_processes_train_two_arms_of_one_seed_side_by_side(tmp_path):
     ``--train-only`` the default DRO arm (ERM not among its arms). The preparation lock lets one of
     them make and preprocess the cohort, the other waits and reuses it (one cohort in the command
     said once); both networks train on it, and a third run with both arms predicts and reports without
-    training anything again."""
+    training anything again, and scores both networks on further cases (``_check_further_scorings``);
+    asking for another size of larger test set in the same folder is then refused."""
     out = tmp_path / "bench"
     common = ["--seeds", "1", "--epochs", "1", "--iterations", "2", "--n-train", "10", "--n-test", "6",
               "--size", "16", "--torch-threads", "1", "-o", str(out)]
@@ -847,9 +821,35 @@ def test_two_processes_train_two_arms_of_one_seed_side_by_side(tmp_path):
     assert (seed / "arms" / "DROAdaptive" / "train_seconds.txt").is_file()
     assert not (seed / "arms" / "DROAdaptive" / "result.json").is_file()  # trained, not yet scored
 
-    both = subprocess.run([sys.executable, str(SCRIPT), *common, "--arms", "ERM,DROAdaptive"], env=env, text=True,
-                          capture_output=True, timeout=900)
+    both = subprocess.run([sys.executable, str(SCRIPT), *common, "--arms", "ERM,DROAdaptive", "--large-test", "3",
+                           "--training-fit"], env=env, text=True, capture_output=True, timeout=900)
     assert both.returncode == 0, both.stderr
     assert "nnUNetv2_train" not in both.stdout  # nothing trained again
     assert (seed / "arms" / "DROAdaptive" / "result.json").is_file()
     assert set(pd.read_csv(out / "runs.csv")["arm"]) == {"ERM", "DROAdaptive"}
+    _check_further_scorings(out)
+    again = subprocess.run([sys.executable, str(SCRIPT), *common, "--arms", "ERM", "--large-test", "4"], env=env,
+                           text=True, capture_output=True, timeout=900)
+    assert again.returncode == 2 and "larger test set was drawn as" in again.stderr
+
+
+def _check_further_scorings(out: Path) -> None:
+    """The trained networks scored again (the last run of the two-process test, which shares its
+    small run with this check): a larger test set drawn apart from the cohort, and the arms' own
+    training cases. The trainings ran with one torch thread (``--torch-threads 1``; nnU-Net alone
+    would give them every core), as their logs say."""
+    seed = out / "runs" / "seed_0"
+    logs = list((seed / "nnunet" / "nnUNet_results").rglob("training_log_*.txt"))
+    assert len(logs) == 2 and all("torch threads 1, seed 0" in log.read_text() for log in logs)
+    training = pd.read_csv(seed / "arms" / "ERM" / "per_case_training.csv")
+    assert training["case"].nunique() == 10 and training["value"].between(0, 100).all()
+    summary = (out / "summary.md").read_text()
+    assert "## Fit on the training cases" in summary and "## On a larger test set" in summary
+    for arm in ("ERM", "DROAdaptive"):
+        scored = pd.read_csv(seed / "arms" / arm / "per_case_large_test.csv")
+        assert scored.groupby("condition")["case"].nunique().to_dict() == {"control": 3, "other": 3,
+                                                                           "spina_bifida": 3}
+        assert set(scored["region"]) == {"white_matter", "intra_axial_csf", "cerebellum"}
+        assert scored["value"].between(0, 100).all()
+    main_cases = set(pd.read_csv(seed / "arms" / "ERM" / "per_case.csv")["case"])
+    assert len(main_cases) == 6 and json.loads((seed / "large_test.json").read_text())["seed"] == 1_000_000

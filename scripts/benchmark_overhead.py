@@ -34,73 +34,19 @@ from pathlib import Path
 
 import numpy as np
 
+from nnunet_dro.lab.timing import build_trainer, interleaved_step_times, time_epoch_additions
+
 
 def make_synthetic_dataset(root: Path, dataset_id: int, num_cases: int, size: int) -> None:
-    """Noisy spheres (label 1) in ``size^3`` volumes, planned and preprocessed for 3d_fullres."""
-    import nibabel as nib
-    from nnunetv2.dataset_conversion.generate_dataset_json import generate_dataset_json
+    """The package's synthetic fetal cohort (``nnunet_dro make-synthetic --kind fetal``: the one
+    generator of data, benchmarks and tests), ``num_cases`` training cases of ``size^3`` under
+    ``root/raw``, planned and preprocessed for 3d_fullres."""
+    from nnunet_dro.data.synthetic_fetal import make_fetal_dataset
 
-    folder = root / "raw" / f"Dataset{dataset_id:03d}_DROBenchmark"
-    (folder / "imagesTr").mkdir(parents=True)
-    (folder / "labelsTr").mkdir()
-    rng = np.random.default_rng(0)
-    grid = np.stack(np.meshgrid(*[np.arange(size)] * 3, indexing="ij"), -1).astype(np.float32)
-    for i in range(num_cases):
-        dist = np.linalg.norm(grid - rng.uniform(0.35 * size, 0.65 * size, 3), axis=-1)
-        seg = (dist < rng.uniform(0.15, 0.3) * size).astype(np.uint8)
-        image = (100.0 * seg + rng.normal(0, 20, seg.shape)).astype(np.float32)
-        nib.save(nib.Nifti1Image(image, np.eye(4)), str(folder / "imagesTr" / f"case_{i:03d}_0000.nii.gz"))
-        nib.save(nib.Nifti1Image(seg, np.eye(4)), str(folder / "labelsTr" / f"case_{i:03d}.nii.gz"))
-    generate_dataset_json(str(folder), {0: "MRI"}, {"background": 0, "sphere": 1}, num_cases, ".nii.gz",
-                          dataset_name="DROBenchmark")
+    make_fetal_dataset(dataset_id, "DROBenchmark", n_train=num_cases, n_test=0, size=size)
     subprocess.run([str(Path(sys.executable).parent / "nnUNetv2_plan_and_preprocess"), "-d", str(dataset_id),
                     "-c", "3d_fullres", "-np", "2", "-npfp", "2"], check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "nnUNet_n_proc_DA": "2"})  # planning crashes with 0
-
-
-def build_trainer(cls, dataset_id: int, device: str = "cpu"):
-    """``cls`` on fold 0 of the dataset, initialised with its loaders, in training mode; the same
-    initial weights for every trainer (``scripts/gpu_check.py`` builds its trainers here too)."""
-    import torch
-    from batchgenerators.utilities.file_and_folder_operations import join, load_json
-    from nnunetv2.paths import nnUNet_preprocessed
-    from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name
-
-    folder = join(nnUNet_preprocessed, maybe_convert_to_dataset_name(dataset_id))
-    plans = load_json(join(folder, "nnUNetPlans.json"))
-    plans["continue_training"] = False
-    torch.manual_seed(0)  # same initial weights for both trainers
-    trainer = cls(plans, "3d_fullres", 0, load_json(join(folder, "dataset.json")), device=torch.device(device))
-    trainer.initialize()
-    trainer.dataloader_train, trainer.dataloader_val = trainer.get_dataloaders()
-    weighting = getattr(trainer, "case_weighting", None)
-    if getattr(weighting, "held_uniform", False):
-        # the default's ERM phase would last the whole timing run: time the robust phase after it,
-        # the phase that adds work (draws from p, the beta solve of every update)
-        weighting.release()
-    trainer.network.train()
-    trainer.on_train_epoch_start()
-    return trainer
-
-
-def interleaved_step_times(trainers: dict, warmup: int, n: int, sync=lambda: None) -> dict[str, list[float]]:
-    """Seconds of ``train_step`` per trainer, the trainers stepped in turn (the order alternating
-    every iteration, so load drifts hit all alike), batches fetched outside the timed region,
-    ``sync()`` (e.g. ``torch.cuda.synchronize``) around each step; the first ``warmup`` iterations
-    are not kept."""
-    times = {name: [] for name in trainers}
-    order = list(trainers)
-    for it in range(warmup + n):
-        for name in (order if it % 2 == 0 else order[::-1]):
-            trainer = trainers[name]
-            batch = next(trainer.dataloader_train)
-            sync()
-            start = time.perf_counter()
-            trainer.train_step(batch)
-            sync()
-            if it >= warmup:
-                times[name].append(time.perf_counter() - start)
-    return times
 
 
 def time_loss_only(erm, dro, repeats: int):
@@ -130,23 +76,6 @@ def time_loss_only(erm, dro, repeats: int):
         dro.case_weighting.update(indices, fresh, draw_beta)
         dro_times.append(time.perf_counter() - start)
     return erm_times, dro_times
-
-
-def time_epoch_additions(dro, repeats: int = 5) -> tuple[float, float, float]:
-    """Median seconds a DRO trainer adds at an epoch's end: the epoch statistics and their log
-    lines, the csv alone (the png not due) and the csv with a png drawing (forced)."""
-    stats_times, csv_times, both_times = [], [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        dro._record_and_log_dro_statistics()
-        stats_times.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        dro.write_hardness_report(redraw_now=True)
-        both_times.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        dro.write_hardness_report(redraw_now=False)  # right after a drawing: the png is not due
-        csv_times.append(time.perf_counter() - start)
-    return statistics.median(stats_times), statistics.median(csv_times), statistics.median(both_times)
 
 
 def time_beta_solve(sizes=(100, 1_000, 10_000, 100_000), fraction: float = 0.5) -> None:

@@ -36,7 +36,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 from nnunet_dro.errors import UserError  # noqa: E402
-from nnunet_dro.experiments import digits  # noqa: E402
+from nnunet_dro.lab.experiments import digits  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -93,15 +93,15 @@ import torch
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
 from nnunet_dro.training import nnUNetTrainerDRO, nnUNetTrainerDROAdaptive, nnUNetTrainerGroupBalanced
+from nnunet_dro.training.short_run import ShortRun as _ShortRun
 
 
-class ShortRun:
+class ShortRun(_ShortRun):
+    """Sizes from nnUNet_dro_short_run (EPOCHSxITERATIONSxVALIDATION), a checkpoint every epoch."""
+
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):
         super().__init__(plans, configuration, fold, dataset_json, device)
-        self.num_epochs = int(os.environ['GPU_CHECK_EPOCHS'])
-        self.num_iterations_per_epoch = int(os.environ['GPU_CHECK_ITERATIONS'])
-        self.num_val_iterations_per_epoch = int(os.environ['GPU_CHECK_VAL_ITERATIONS'])
         self.save_every = 1
 
     def perform_actual_validation(self, save_probabilities: bool = False):
@@ -223,14 +223,15 @@ class GPUCheck:
     # ------------------------------------------------------------------ plumbing
     def _environment(self) -> dict:
         from nnunet_dro.ext_trainers import TRAINER_DIR
+        from nnunet_dro.training.short_run import SHORT_RUN_ENV, short_run_value
 
         env = dict(os.environ)
         env.update({
             "nnUNet_raw": str(self.raw), "nnUNet_preprocessed": str(self.pre), "nnUNet_results": str(self.results),
             "nnUNet_extTrainer": os.pathsep.join([TRAINER_DIR, str(self.ext)]),
             "nnUNet_n_proc_DA": str(self.sizes.workers), "nnUNet_def_n_proc": str(max(2, min(8, os.cpu_count() or 2))),
-            "GPU_CHECK_EPOCHS": str(self.sizes.epochs), "GPU_CHECK_ITERATIONS": str(self.sizes.iterations),
-            "GPU_CHECK_VAL_ITERATIONS": str(self.sizes.val_iterations), "PYTHONWARNINGS": "ignore",
+            SHORT_RUN_ENV: short_run_value(self.sizes.epochs, self.sizes.iterations, self.sizes.val_iterations),
+            "PYTHONWARNINGS": "ignore",
             "GPU_CHECK_VALIDATE": ",".join(t + SUFFIX for t in self.sizes.validated),
         })
         env.pop("nnUNet_compile", None)  # nnU-Net's default: compile on CUDA, off on CPU
@@ -443,7 +444,10 @@ class GPUCheck:
     def kill_and_resume(self) -> str:
         folder = self.fold_folder(RESUMED + SUFFIX, fold=1)
         # no final validation here: the fold-0 runs check it, and it would lengthen the longest path
-        env = dict(self.env, GPU_CHECK_EPOCHS=str(self.sizes.resume_epochs), GPU_CHECK_VALIDATE="")
+        from nnunet_dro.training.short_run import SHORT_RUN_ENV, short_run_value
+
+        env = dict(self.env, GPU_CHECK_VALIDATE="")
+        env[SHORT_RUN_ENV] = short_run_value(self.sizes.resume_epochs, self.sizes.iterations, self.sizes.val_iterations)
         logs = self.out / "logs"
         with open(logs / "kill_and_resume_first.log", "w") as log:
             proc = subprocess.Popen([str(a) for a in self.train_args(RESUMED, 1)], env=env, stdout=log,
@@ -547,8 +551,7 @@ class GPUCheck:
     def time_iterations(self) -> str:
         """Interleaved per-iteration timing in this process (``scripts/benchmark_overhead.py``'s
         method, with CUDA synchronisation), then the epoch-end additions of each DRO trainer."""
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from benchmark_overhead import build_trainer, interleaved_step_times, time_epoch_additions
+        from nnunet_dro.lab.timing import build_trainer, interleaved_step_times, time_epoch_additions
 
         for key in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
             os.environ[key] = self.env[key]

@@ -278,7 +278,7 @@ TRAINERS = sorted({(page, name) for page in DOCS for _, span in inline_code(page
 @pytest.mark.parametrize("page, name", TRAINERS, ids=[f"{p.name}: {n}" for p, n in TRAINERS])
 def test_trainer_names_are_classes(page, name):
     training = importlib.import_module("nnunet_dro.training")
-    budget = importlib.import_module("nnunet_dro.training.budget")
+    budget = importlib.import_module("nnunet_dro.lab.budget")
     if name == "nnUNetTrainer":
         return
     assert hasattr(training, name) or hasattr(budget, name), f"{page.name}: no trainer class {name}"

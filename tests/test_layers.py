@@ -1,5 +1,7 @@
 """The package's import layers: each subpackage imports only the layers below it (never upward),
-and no two modules import each other in a circle. Read from the source (every ``import`` and
+no two modules import each other in a circle, and the lab (``nnunet_dro.lab``: the benchmark,
+its CPU-budget trainers, the experiments) imports the product while no part of the product
+imports the lab. Read from the source (every ``import`` and
 ``from ... import`` of ``nnunet_dro``, also inside functions), so a new upward arrow fails here
 before it tangles the architecture."""
 from __future__ import annotations
@@ -16,12 +18,17 @@ LAYERS = {
     "atomic": 1, "tables": 1,
     "sampling": 2, "data": 2,
     "weighting": 3, "evaluation": 3,
-    "training": 4, "experiments": 4,
+    "training": 4,
     "ext_trainers": 5,
     "workflows": 6,
-    "commands": 7,
-    "cli": 8, "__main__": 9,
+    "lab": 7,
+    "commands": 8,
+    "cli": 9, "__main__": 10,
 }
+LAB = "lab"
+#: product modules allowed to import the lab, and why: ``nnunet_dro demo`` is the lab's one
+#: command (it runs the benchmark's pipeline on a small cohort), imported when it runs
+PRODUCT_INTO_LAB = {"nnunet_dro.commands.demo": "the demo command runs the lab's pipeline"}
 
 
 def module_name(path: Path) -> str:
@@ -56,6 +63,34 @@ def test_no_upward_import(module):
     mine = LAYERS[part_of(module)]
     upward = sorted(t for t in GRAPH[module] if part_of(t) != part_of(module) and LAYERS[part_of(t)] >= mine)
     assert not upward, f"{module} (layer {mine}) imports {upward}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if part_of(m) != LAB))
+def test_the_product_does_not_import_the_lab(module):
+    into_lab = sorted(t for t in GRAPH[module] if part_of(t) == LAB)
+    assert not into_lab or module in PRODUCT_INTO_LAB, f"{module} (product) imports the lab: {into_lab}"
+
+
+def test_the_lab_is_above_every_product_part_it_uses():
+    assert LAYERS[LAB] > max(LAYERS[part_of(t)] for m in GRAPH if part_of(m) == LAB for t in GRAPH[m]
+                             if part_of(t) != LAB)
+
+
+def _nnunet_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "nnunetv2":
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "nnunetv2"]
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(p for part in ("workflows", "commands") for p in (PACKAGE / part).rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_workflows_and_commands_reach_nnunet_through_its_cli_or_nnunet_compat(path):
+    """nnU-Net's internals are named in ``training/nnunet_compat.py`` only (where an upgrade is checked)."""
+    assert not _nnunet_imports(path), f"{path.relative_to(PACKAGE)} imports {_nnunet_imports(path)}"
 
 
 def test_no_import_cycle_between_modules():

@@ -58,8 +58,8 @@ def settings(args: argparse.Namespace) -> dict:
     (None, 177, 60)
     """
     from nnunet_dro.errors import UserError
-    from nnunet_dro.training.budget import CPUBudget
-    from nnunet_dro.workflows.pipeline import Budget, Cohort
+    from nnunet_dro.lab.budget import CPUBudget
+    from nnunet_dro.lab.pipeline import Budget, Cohort
 
     if args.budget_scale <= 0:
         raise UserError(f"--budget-scale {args.budget_scale}: must be positive")
@@ -72,7 +72,7 @@ def settings(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnunet_dro.workflows.demo import run_demo
+    from nnunet_dro.lab.demo import run_demo
 
     run_demo(args.output, size=args.size, seed=args.seed, device=args.device, overwrite=args.overwrite,
              **settings(args))

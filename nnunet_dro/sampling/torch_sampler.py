@@ -39,7 +39,7 @@ update still feeds the sampler). The two reweighting methods draw uniformly, so 
   per-example losses), then ``loss = (w * per_example).sum()``: the weights sum to 1 (or are all
   0, and the step does nothing). It costs about three plain steps.
 
-``nnunet_dro.experiments.digits`` runs all of them side by side in such a loop.
+``nnunet_dro.lab.experiments.digits`` runs all of them side by side in such a loop.
 """
 from __future__ import annotations
 

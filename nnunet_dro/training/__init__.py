@@ -9,15 +9,13 @@ Use them with nnU-Net's own commands::
     export nnUNet_extTrainer=$(nnunet_dro trainer-dir)
     nnUNetv2_train DATASET 3d_fullres 0 -tr nnUNetTrainerDRO
 
-Every trainer (:mod:`nnunet_dro.training.registry`) and its CPU-budget twin
-(:mod:`nnunet_dro.training.budget`) is exported under its class name; ``__all__`` is made from
-them, so the ``-tr`` lookup (which star-imports this package) finds each one.
+Every trainer (:mod:`nnunet_dro.training.registry`) is exported under its class name;
+``__all__`` is made from them, so the ``-tr`` lookup (which star-imports this package) finds each
+one. The benchmark's CPU-budget twins live in the lab (:mod:`nnunet_dro.lab.budget`).
 """
-from nnunet_dro.training.budget import BUDGET_TRAINERS
 from nnunet_dro.training.registry import TRAINERS
 from nnunet_dro.training.trainer import DRO_STATE_KEY
 
 globals().update(TRAINERS)
-globals().update(BUDGET_TRAINERS)
 
-__all__ = ["DRO_STATE_KEY", "TRAINERS", "BUDGET_TRAINERS", *TRAINERS, *BUDGET_TRAINERS]
+__all__ = ["DRO_STATE_KEY", "TRAINERS", *TRAINERS]

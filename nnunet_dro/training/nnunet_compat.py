@@ -21,6 +21,12 @@ What is mirrored:
   ``DeepSupervisionWrapper``; the attribute names are listed in :data:`LOSS_ATTRIBUTES`.
 - **The trainer's constructor signature** ``(plans, configuration, fold, dataset_json, device)``:
   nnU-Net records the subclass's arguments by name for checkpoints and ``nnUNetv2_predict``.
+- **Model folders, trainer lookup and the inference network** (for ``nnunet_dro export``):
+  nnU-Net's folder-name helpers of ``file_path_utilities`` and ``maybe_convert_to_dataset_name``
+  (re-exported), :func:`find_trainer_class` (``recursive_find_python_class`` as
+  ``nnUNetv2_predict`` searches nnunetv2 and each ``nnUNet_extTrainer`` folder) and
+  :func:`inference_network_inputs` (``PlansManager`` and ``determine_num_input_channels``, as
+  ``nnUNetPredictor`` builds the network).
 """
 from __future__ import annotations
 
@@ -34,7 +40,14 @@ from batchgenerators.dataloading.single_threaded_augmenter import SingleThreaded
 from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
 from nnunetv2.training.dataloading.nnunet_dataset import infer_dataset_class
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name  # noqa: F401 (export)
 from nnunetv2.utilities.default_n_proc_DA import get_allowed_n_proc_DA
+from nnunetv2.utilities.file_path_utilities import (  # noqa: F401 (nnunet_dro.workflows.export)
+    convert_ensemble_folder_to_model_identifiers_and_folds, convert_identifier_to_trainer_plans_config,
+    convert_trainer_plans_config_to_identifier, folds_tuple_to_string)
+from nnunetv2.utilities.find_class_by_name import recursive_find_python_class
+from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
+from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 from torch._dynamo import OptimizedModule
 
 #: nnunetv2 releases whose code the mirrored pieces were compared with, line by line.
@@ -208,3 +221,33 @@ def compatibility_problems() -> List[str]:
         if missing:
             problems.append(f"{name} no longer sets {', '.join(missing)}: update nnunet_dro.training.losses")
     return problems
+
+
+def find_trainer_class(name: str, folder: str | None = None) -> type | None:
+    """The class ``name`` as ``nnUNetv2_predict`` finds it: in nnunetv2's own trainers
+    (``folder`` None) or in one external trainer folder (an ``nnUNet_extTrainer`` entry, its
+    modules imported as top-level modules and forgotten after); None if not there.
+
+    >>> find_trainer_class("nnUNetTrainer").__module__
+    'nnunetv2.training.nnUNetTrainer.nnUNetTrainer'
+    >>> find_trainer_class("NoSuchTrainer") is None
+    True
+    """
+    if folder is None:
+        import nnunetv2
+
+        root = nnunetv2.__path__[0]
+        return recursive_find_python_class(os.path.join(root, "training", "nnUNetTrainer"), name,
+                                           "nnunetv2.training.nnUNetTrainer", root)
+    return recursive_find_python_class(folder, name, None, base_folder=folder, cleanup_imports_from_base_folder=True)
+
+
+def inference_network_inputs(plans: dict, dataset_json: dict,
+                             configuration: str) -> Tuple[PlansManager, ConfigurationManager, int, int]:
+    """What ``nnUNetPredictor`` hands a trainer's ``build_network_architecture``: the plans and
+    configuration managers, the number of input channels and of segmentation heads."""
+    plans_manager = PlansManager(plans)
+    configuration_manager = plans_manager.get_configuration(configuration)
+    num_inputs = determine_num_input_channels(plans_manager, configuration_manager, dataset_json)
+    return (plans_manager, configuration_manager, num_inputs,
+            plans_manager.get_label_manager(dataset_json).num_segmentation_heads)

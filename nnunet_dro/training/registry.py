@@ -3,14 +3,12 @@
 The trainers are the ``nnUNetTrainer*`` classes defined in the modules of :data:`MODULES` and the
 variants of :mod:`nnunet_dro.training.variants` (one class per file, found by scanning that
 folder). From this one mapping come the names :mod:`nnunet_dro.training` exports (and so what
-``nnUNetv2_train -tr`` finds through ``nnunet_dro trainer-dir``), the CPU-budget twins of
-:mod:`nnunet_dro.training.budget` and the arms of the robustness benchmark: a class that exists is
-reachable everywhere, and a name cannot be forgotten in a list.
+``nnUNetv2_train -tr`` finds through ``nnunet_dro trainer-dir``), and in the lab the CPU-budget
+twins and the arms of the robustness benchmark (:mod:`nnunet_dro.lab.budget`): a class that exists
+is reachable everywhere, and a name cannot be forgotten in a list.
 
 >>> "nnUNetTrainerDROAdaptive" in TRAINERS and "nnUNetTrainerDROAdaptive_noGuard" in TRAINERS
 True
->>> arm_name("nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget"), arm_name("nnUNetTrainer_CPUBudget")
-('DROAdaptive_f90_noIS', 'ERM')
 """
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ from nnunet_dro.training.variants import VARIANTS
 #: the modules whose nnUNetTrainer* classes are trainers of this package (besides the variants)
 MODULES = (trainer, cohort, related)
 PREFIX = "nnUNetTrainer"
-BUDGET_SUFFIX = "_CPUBudget"
 
 
 def _defined_in(module) -> dict[str, type]:
@@ -45,9 +42,3 @@ def _collect() -> dict[str, type]:
 #: every trainer by class name
 TRAINERS: dict[str, type] = _collect()
 
-
-def arm_name(trainer_name: str) -> str:
-    """The benchmark arm of a trainer: its name without ``nnUNetTrainer`` and ``_CPUBudget``
-    (``ERM`` for nnU-Net's own trainer)."""
-    name = trainer_name[:-len(BUDGET_SUFFIX)] if trainer_name.endswith(BUDGET_SUFFIX) else trainer_name
-    return "ERM" if name == PREFIX else name[len(PREFIX):].lstrip("_") if name.startswith(PREFIX) else name

@@ -110,7 +110,7 @@ def model_identifier(trainer: str, plans: str, configuration: str) -> str:
     >>> model_identifier("nnUNetTrainer", "nnUNetPlans", "3d_fullres")
     'nnUNetTrainer__nnUNetPlans__3d_fullres'
     """
-    from nnunetv2.utilities.file_path_utilities import convert_trainer_plans_config_to_identifier
+    from nnunet_dro.training.nnunet_compat import convert_trainer_plans_config_to_identifier
 
     return convert_trainer_plans_config_to_identifier(trainer, plans, configuration)
 
@@ -125,8 +125,8 @@ def renamed_ensemble(folder_name: str, source: str, target: str, plans: str,
     >>> renamed_ensemble("ensemble___A__P__2d___C__P__3d_fullres___0_1", "A", "B", "P", ["2d", "3d_fullres"]) is None
     True
     """
-    from nnunetv2.utilities.file_path_utilities import (convert_ensemble_folder_to_model_identifiers_and_folds,
-                                                        convert_identifier_to_trainer_plans_config)
+    from nnunet_dro.training.nnunet_compat import (convert_ensemble_folder_to_model_identifiers_and_folds,
+                                                   convert_identifier_to_trainer_plans_config)
 
     if not folder_name.startswith("ensemble___"):
         return None
@@ -149,14 +149,11 @@ def renamed_ensemble(folder_name: str, source: str, target: str, plans: str,
 def stock_trainer_class(name: str) -> type:
     """The trainer class ``name`` of nnunetv2 itself, as ``nnUNetv2_predict`` finds it where
     ``nnUNet_extTrainer`` is unset. UserError if nnunetv2 has no such trainer."""
-    import nnunetv2
-    from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
-    from nnunetv2.utilities.find_class_by_name import recursive_find_python_class
+    from nnunet_dro.training.nnunet_compat import find_trainer_class, nnUNetTrainer
 
     if not _PY_NAME.match(name):
         raise UserError(f"--as-trainer {name!r}: not a Python class name")
-    found = recursive_find_python_class(os.path.join(nnunetv2.__path__[0], "training", "nnUNetTrainer"), name,
-                                        "nnunetv2.training.nnUNetTrainer", nnunetv2.__path__[0])
+    found = find_trainer_class(name)
     if found is None or not (isinstance(found, type) and issubclass(found, nnUNetTrainer)):
         raise UserError(f"--as-trainer {name}: not a trainer of nnunetv2 (stock nnU-Net must find it without "
                         f"nnUNet_extTrainer), e.g. nnUNetTrainer")
@@ -166,23 +163,19 @@ def stock_trainer_class(name: str) -> type:
 def source_trainer_class(name: str) -> Optional[type]:
     """The class of the trainer that trained the model, searched like ``nnUNetv2_predict`` does
     (nnunetv2, then this package's trainer folder and ``$nnUNet_extTrainer``); None if not found."""
-    import nnunetv2
-    from nnunetv2.utilities.find_class_by_name import recursive_find_python_class
-
     from nnunet_dro.ext_trainers import TRAINER_DIR
+    from nnunet_dro.training.nnunet_compat import find_trainer_class
 
     if not _PY_NAME.match(name):
         return None
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            found = recursive_find_python_class(os.path.join(nnunetv2.__path__[0], "training", "nnUNetTrainer"),
-                                                name, "nnunetv2.training.nnUNetTrainer", nnunetv2.__path__[0])
+            found = find_trainer_class(name)
             if found is not None:
                 return found
             for folder in dict.fromkeys([TRAINER_DIR, *os.environ.get("nnUNet_extTrainer", "").split(os.pathsep)]):
                 if folder.strip() and os.path.isdir(folder):
-                    found = recursive_find_python_class(folder, name, None, base_folder=folder,
-                                                        cleanup_imports_from_base_folder=True)
+                    found = find_trainer_class(name, folder)
                     if found is not None:
                         return found
         except Exception:  # a broken module in someone's trainer folder: compare weights only
@@ -193,13 +186,10 @@ def source_trainer_class(name: str) -> Optional[type]:
 def build_network(trainer_class: type, plans: dict, dataset_json: dict, configuration: str):
     """The network ``nnUNetv2_predict`` builds for ``trainer_class`` from a model folder's plans
     and dataset.json (no deep supervision, as in inference)."""
-    from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
-    from nnunetv2.utilities.plans_handling.plans_handler import PlansManager
+    from nnunet_dro.training.nnunet_compat import inference_network_inputs
 
-    plans_manager = PlansManager(plans)
-    configuration_manager = plans_manager.get_configuration(configuration)
-    num_inputs = determine_num_input_channels(plans_manager, configuration_manager, dataset_json)
-    num_outputs = plans_manager.get_label_manager(dataset_json).num_segmentation_heads
+    plans_manager, configuration_manager, num_inputs, num_outputs = inference_network_inputs(
+        plans, dataset_json, configuration)
     build = trainer_class.build_network_architecture
     if "plans_manager" in inspect.signature(build).parameters:
         return build(plans_manager, configuration_manager, num_inputs, num_outputs, enable_deep_supervision=False)
@@ -317,7 +307,7 @@ def results_folder() -> Path:
 def dataset_folder_name(dataset: str, results: Path) -> str:
     """``DatasetXXX_Name`` for a dataset name or ID, as nnU-Net resolves it; the dataset must have
     trained models in ``results``."""
-    from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name
+    from nnunet_dro.training.nnunet_compat import maybe_convert_to_dataset_name
 
     if not dataset.startswith("Dataset"):
         try:
@@ -356,9 +346,8 @@ def collect_model(dataset_dir: Path, trainer: str, plans: str, configuration: st
                   checkpoints: Sequence[str], as_trainer: str, drop_state: bool,
                   crossval_predictions: bool) -> SourceModel:
     """The files to export of one configuration; UserError naming what is missing."""
-    from nnunetv2.utilities.file_path_utilities import folds_tuple_to_string
-
     from nnunet_dro.training.hardness_report import HARDNESS_CSV, PROGRESS_PNG
+    from nnunet_dro.training.nnunet_compat import folds_tuple_to_string
 
     folder = dataset_dir / model_identifier(trainer, plans, configuration)
     target = model_identifier(as_trainer, plans, configuration)

@@ -50,7 +50,7 @@ def test_group_dro_trains_reports_groups_and_resumes(label_dataset, test_trainer
     log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
     assert "groups from column 'centre'" in log and "draws per group this epoch: A " in log
 
-    env["DRO_TEST_NUM_EPOCHS"] = "2"
+    env["nnUNet_dro_short_run"] = "2"
     _train(ds, env, trainer, 2, "--c")
     np.testing.assert_array_equal(np.load(folder / "dro_counts_at_start.npy"),
                                   state["weighting"]["draw_counts"])

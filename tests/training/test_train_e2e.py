@@ -26,7 +26,7 @@ def train_env(ds, test_trainer_dir, num_epochs, skip_final_validation=True):
     env = dict(ds.env)
     env["DRO_TEST_SKIP_FINAL_VALIDATION"] = "1" if skip_final_validation else "0"
     env["nnUNet_extTrainer"] = os.pathsep.join([TRAINER_DIR, str(test_trainer_dir)])
-    env["DRO_TEST_NUM_EPOCHS"] = str(num_epochs)
+    env["nnUNet_dro_short_run"] = str(num_epochs)
     return env
 
 

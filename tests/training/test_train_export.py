@@ -69,7 +69,7 @@ def trained(label_dataset, test_trainer_dir, tmp_path_factory) -> TrainedModel:
     results = work / "results_training"
     results.mkdir()
     env = dict(ds.env)
-    env.update({"nnUNet_results": str(results), "DRO_TEST_NUM_EPOCHS": "1", "DRO_TEST_SKIP_FINAL_VALIDATION": "0",
+    env.update({"nnUNet_results": str(results), "nnUNet_dro_short_run": "1", "DRO_TEST_SKIP_FINAL_VALIDATION": "0",
                 "nnUNet_extTrainer": os.pathsep.join([TRAINER_DIR, str(test_trainer_dir)])})
     run_in([BIN / "nnUNetv2_train", ds.dataset_id, "3d_fullres", 0, "-tr", TRAINER, "-device", "cpu"], env, work)
     predictions = work / "predictions_original"
@@ -86,7 +86,7 @@ def stock_only_env(model: TrainedModel, results: Path) -> dict:
     (shadow / "nnunet_dro" / "__init__.py").write_text(
         'raise ImportError("nnunet_dro is not available in this process (export test)")\n')
     env = {k: v for k, v in model.env.items()
-           if k not in ("nnUNet_extTrainer", "PYTHONPATH", "DRO_TEST_NUM_EPOCHS", "DRO_TEST_SKIP_FINAL_VALIDATION")}
+           if k not in ("nnUNet_extTrainer", "PYTHONPATH", "nnUNet_dro_short_run", "DRO_TEST_SKIP_FINAL_VALIDATION")}
     env.update({"PYTHONPATH": str(shadow), "nnUNet_results": str(results)})
     return env
 
@@ -248,7 +248,7 @@ def test_a_cpu_budget_network_is_refused(trained, capsys, monkeypatch, tmp_path)
     """The *_CPUBudget trainers train a narrower network: exporting one as nnUNetTrainer is refused.
     The checkpoint is the trained model's with the network nnUNetTrainerDRO_CPUBudget builds from the
     same plans (what its training would save; training it would only add minutes)."""
-    from nnunet_dro.training.budget import nnUNetTrainerDRO_CPUBudget
+    from nnunet_dro.lab.budget import nnUNetTrainerDRO_CPUBudget
     from nnunet_dro.workflows.export import build_network
 
     model = trained
@@ -264,6 +264,9 @@ def test_a_cpu_budget_network_is_refused(trained, capsys, monkeypatch, tmp_path)
     for key, value in model.env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("nnUNet_results", str(results))
+    from nnunet_dro.lab.ext_trainers import LAB_TRAINER_DIR  # where the lab's twins are found
+
+    monkeypatch.setenv("nnUNet_extTrainer", os.pathsep.join([LAB_TRAINER_DIR, model.env["nnUNet_extTrainer"]]))
     out = tmp_path / "out" / "budget.zip"
     line = expect_error(capsys, ["export", "-d", str(model.ds.dataset_id), "-o", str(out), "-tr",
                                  "nnUNetTrainerDRO_CPUBudget", "-f", "0"], "the network differs from nnUNetTrainer's",

@@ -16,50 +16,31 @@ from train_helpers import BIN, run_cli
 import nnunet_dro.training as training
 from nnunet_dro.ext_trainers import TRAINER_DIR
 from nnunet_dro.training.related import choose_validation_cases
+from nnunet_dro.training.short_run import SHORT_RUN_ENV
 
 RELATED_TEST_TRAINERS = '''
 """Test-sized subclasses of the related-method trainers (found through nnUNet_extTrainer)."""
-import os
-
-import torch
-
 from nnunet_dro.training import nnUNetTrainerDROChi2, nnUNetTrainerDROReweight, nnUNetTrainerL2RW
+from nnunet_dro.training.short_run import ShortRun
 
 
-def _test_size(trainer):
-    trainer.num_epochs = int(os.environ.get('DRO_TEST_NUM_EPOCHS', '1'))
-    trainer.num_iterations_per_epoch = 2
-    trainer.num_val_iterations_per_epoch = 1
-
-
-class nnUNetTrainerDROChi2_e2eTest(nnUNetTrainerDROChi2):
-    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
-                 device: torch.device = torch.device('cuda')):
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        _test_size(self)
+class TestSize(ShortRun):
+    short_epochs, short_iterations, short_val_iterations = 1, 2, 1
 
     def perform_actual_validation(self, save_probabilities: bool = False):
         self.print_to_log_file('e2e test: final validation skipped')
 
 
-class nnUNetTrainerDROReweight_e2eTest(nnUNetTrainerDROReweight):
-    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
-                 device: torch.device = torch.device('cuda')):
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        _test_size(self)
-
-    def perform_actual_validation(self, save_probabilities: bool = False):
-        self.print_to_log_file('e2e test: final validation skipped')
+class nnUNetTrainerDROChi2_e2eTest(TestSize, nnUNetTrainerDROChi2):
+    pass
 
 
-class nnUNetTrainerL2RW_e2eTest(nnUNetTrainerL2RW):
-    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
-                 device: torch.device = torch.device('cuda')):
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        _test_size(self)
+class nnUNetTrainerDROReweight_e2eTest(TestSize, nnUNetTrainerDROReweight):
+    pass
 
-    def perform_actual_validation(self, save_probabilities: bool = False):
-        self.print_to_log_file('e2e test: final validation skipped')
+
+class nnUNetTrainerL2RW_e2eTest(TestSize, nnUNetTrainerL2RW):
+    pass
 '''
 
 NEW_TRAINERS = ["nnUNetTrainerDROChi2", "nnUNetTrainerDROChi2_noWarmup", "nnUNetTrainerDRO_warmup",
@@ -143,7 +124,7 @@ def related_trainer_dir(tmp_path_factory):
 def train(ds, trainer_dir, trainer, num_epochs=1, *extra):
     env = dict(ds.env)
     env["nnUNet_extTrainer"] = os.pathsep.join([TRAINER_DIR, str(trainer_dir)])
-    env["DRO_TEST_NUM_EPOCHS"] = str(num_epochs)
+    env[SHORT_RUN_ENV] = str(num_epochs)
     run_cli([BIN / "nnUNetv2_train", ds.dataset_id, "3d_fullres", 0, "-tr", trainer, "-device", "cpu", *extra], env)
     folder = ds.results / ds.folder_name / f"{trainer}__nnUNetPlans__3d_fullres" / "fold_0"
     checkpoint = torch.load(str(folder / "checkpoint_final.pth"), map_location="cpu", weights_only=False)

@@ -31,6 +31,24 @@ def test_trainer_dir_prints_the_shim_folder(command):
     assert (folder / "nnunet_dro_trainers.py").is_file()
 
 
+def test_the_product_holds_product_trainers_only():
+    """``nnunet_dro.training`` exports the trainers a user runs with ``-tr`` and nothing of the lab:
+    no CPU-budget twin, no second name for another results folder."""
+    trainers = [n for n in training.__all__ if n.startswith("nnUNetTrainer")]
+    assert trainers == sorted(training.TRAINERS) and "nnUNetTrainerDROAdaptive" in trainers
+    assert not [n for n in trainers if n.endswith(("_CPUBudget", "_repeat", "_JTT")) or "_CPUBudget" in n]
+    assert all(training.TRAINERS[n].__module__.startswith("nnunet_dro.training") for n in trainers)
+
+
+def test_the_trainer_dir_does_not_find_the_labs_trainers():
+    """nnU-Net's own lookup through ``nnunet_dro trainer-dir`` alone finds no CPU-budget twin."""
+    code = ("from nnunetv2.utilities.find_objects import recursive_find_trainer_class_by_name as find\n"
+            "try:\n    find('nnUNetTrainerDROAdaptive_CPUBudget')\nexcept RuntimeError:\n    print('NOT FOUND')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ext_trainer_env(),
+                          timeout=300)
+    assert proc.returncode == 0 and "NOT FOUND" in proc.stdout, proc.stderr[-3000:]
+
+
 def test_nnunet_lookup_finds_every_trainer_through_ext_trainer_folder():
     """nnU-Net imports the shim as a top-level module; the classes it returns are ours."""
     names = [n for n in training.__all__ if n.startswith("nnUNetTrainer") and n != "nnUNetTrainerConfigurableSGD"]
@@ -57,6 +75,16 @@ def _check_keeps_nnunet_signature_and_sets_only_attributes(cls, base_name):
     assert list(inspect.signature(cls.__init__).parameters) == list(inspect.signature(nnUNetTrainer.__init__).parameters)
     if cls.__name__ != base_name:
         assert "__init__" not in vars(cls) and not [k for k, v in vars(cls).items() if callable(v)]
+
+
+def test_every_discovered_variant_only_sets_attributes():
+    """Every file of ``training/variants/`` (found, not listed): a variant that defines a method fails here."""
+    from nnunet_dro.training.variants import VARIANTS
+
+    assert len(VARIANTS) >= 20
+    for name, cls in VARIANTS.items():
+        _check_keeps_nnunet_signature_and_sets_only_attributes(cls, base_name=None)
+        assert cls.__name__ == name and training.TRAINERS[name] is cls
 
 
 def test_variants_only_set_attributes_and_keep_nnunet_constructor_signature():
@@ -122,7 +150,9 @@ def test_adaptive_variants_keep_the_settings_they_were_measured_with(name):
 
 def test_a_variant_is_one_class_in_one_file():
     """Adding a variant is adding one file to nnunet_dro/training/variants/: the class is then
-    exported, found by nnU-Net's -tr lookup, has its CPU-budget twin and is a benchmark arm."""
+    exported, found by nnU-Net's -tr lookup, and in the lab has its CPU-budget twin (found through
+    the lab's trainer folders) and is a benchmark arm."""
+    from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
     from nnunet_dro.training import variants
 
     name = "nnUNetTrainerDROAdaptive_f60_testOnly"
@@ -133,39 +163,18 @@ def test_a_variant_is_one_class_in_one_file():
         "import sys\n"
         "from nnunetv2.utilities.find_objects import recursive_find_trainer_class_by_name as find\n"
         "import nnunet_dro.training as training\n"
-        "from nnunet_dro.workflows.pipeline import ARM_TRAINERS\n"
+        "from nnunet_dro.lab.pipeline import ARM_TRAINERS\n"
         "name = sys.argv[1]\n"
-        "assert name in training.__all__ and name + '_CPUBudget' in training.__all__\n"
+        "assert name in training.__all__ and name + '_CPUBudget' not in training.__all__\n"
         "assert find(name).dro_fraction == 0.6 and find(name).__name__ == name\n"
         "twin = find(name + '_CPUBudget')\n"
         "assert twin.dro_fraction == 0.6 and twin.budget_epochs == 120\n"
         "assert ARM_TRAINERS['DROAdaptive_f60_testOnly'] == name + '_CPUBudget'\n"
         "print('REACHABLE')\n"
     )
-    env = ext_trainer_env()
+    env = {**os.environ, "nnUNet_extTrainer": os.pathsep.join(lab_trainer_dirs())}
     try:
         proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, env=env, timeout=300)
     finally:
         path.unlink()
     assert proc.returncode == 0 and "REACHABLE" in proc.stdout, proc.stderr[-3000:]
-
-
-def test_every_trainer_has_its_budget_twin_and_arm():
-    from nnunet_dro.workflows.pipeline import ARM_TRAINERS
-
-    for name, cls in training.TRAINERS.items():
-        twin = training.BUDGET_TRAINERS[name + "_CPUBudget"]
-        assert issubclass(twin, cls) and twin.__mro__[1] is training.budget.CPUBudget
-        assert ARM_TRAINERS[name[len("nnUNetTrainer"):].lstrip("_")] == twin.__name__
-
-
-@pytest.mark.parametrize("arm, base", [("DiceTopK10", "nnUNetTrainerDiceTopK10Loss"), ("TopK10", "nnUNetTrainerTopk10Loss"),
-                                       ("Oversample033", "nnUNetTrainer_probabilisticOversampling_033")])
-def test_nnunet_alternatives_have_budget_twins_and_arms(arm, base):
-    """nnU-Net's own hard-example losses and oversampling, unchanged but for the CPU budget."""
-    from nnunet_dro.workflows.pipeline import ARM_TRAINERS
-
-    twin = training.BUDGET_TRAINERS[ARM_TRAINERS[arm]]
-    assert twin.__mro__[2].__name__ == base and twin.__mro__[2].__module__.startswith("nnunetv2.")
-    assert twin.__name__ == base + "_CPUBudget" and twin.__name__ in training.__all__
-

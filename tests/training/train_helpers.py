@@ -25,15 +25,15 @@ import torch
 
 from nnunet_dro.training import (nnUNetTrainerCaseWeights, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive,
                                  nnUNetTrainerDROAdaptive_fromStart, nnUNetTrainerGroupDRO)
+from nnunet_dro.training.short_run import ShortRun
 
 
-class TestSize:
+class TestSize(ShortRun):
+    """2 epochs of 3 iterations (nnUNet_dro_short_run=EPOCHS changes the epochs), a checkpoint every epoch."""
+
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):
         super().__init__(plans, configuration, fold, dataset_json, device)
-        self.num_epochs = int(os.environ.get('DRO_TEST_NUM_EPOCHS', '2'))
-        self.num_iterations_per_epoch = 3
-        self.num_val_iterations_per_epoch = 1
         self.save_every = 1
 
     def perform_actual_validation(self, save_probabilities: bool = False):

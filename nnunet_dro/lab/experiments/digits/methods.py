@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 from torch import nn
 
 from nnunet_dro.errors import UserError
-from nnunet_dro.experiments.digits.data import DEFAULT_BETAS, DEFAULT_CLIP, DEFAULT_LR, NUM_CLASSES
+from nnunet_dro.lab.experiments.digits.data import DEFAULT_BETAS, DEFAULT_CLIP, DEFAULT_LR, NUM_CLASSES
 from nnunet_dro.sampling import HardnessWeightedSampler
 from nnunet_dro.weighting.kl_reweighter import DEFAULT_SCHEDULE, KLReweighter
 from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight

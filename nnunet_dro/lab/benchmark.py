@@ -5,7 +5,7 @@ the minority groups (spina bifida, other abnormality) on their hardest structure
 majority group (controls) keeps its Dice.
 
 Each seed ``s`` is one repetition in ``OUT/runs/seed_<s>/`` (its own nnUNet_raw / _preprocessed /
-_results, :mod:`nnunet_dro.workflows.pipeline`):
+_results, :mod:`nnunet_dro.lab.pipeline`):
 
 1. a synthetic cohort drawn with seed ``s``: by default 177 training cases, the size of the
    paper's fetal training set (minorities rare, 80/12/8 %, as the paper's 79/16/6 %), and 60 test
@@ -57,7 +57,7 @@ from nnunet_dro.atomic import atomic_path, write_text_atomic
 from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
-from nnunet_dro.workflows.benchmark_analysis import (BASELINE, DEFAULT_ARMS, against_section, hardest_regions,
+from nnunet_dro.lab.benchmark_analysis import (BASELINE, DEFAULT_ARMS, against_section, hardest_regions,
                                                      large_test_section,
                                                      label_noise_section, learning_time_section, markdown_report,
                                                      p10_interval_section,
@@ -66,8 +66,8 @@ from nnunet_dro.workflows.benchmark_analysis import (BASELINE, DEFAULT_ARMS, aga
                                                      targets_check, terminal_report, training_fit,
                                                      training_fit_section)
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_FILENAME
-from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, AUDIT_EXCLUDED_RECORD, FURTHER_RESULTS, JTT_ARM, JTT_SETTINGS,
-                                           Budget, Cohort, Workspace, convergence_line, progress_filter)
+from nnunet_dro.lab.pipeline import (ARM_TRAINERS, AUDIT_EXCLUDED_RECORD, FURTHER_RESULTS, JTT_ARM, JTT_SETTINGS, PLANS,
+                                     Budget, Cohort, Workspace, arm_run, convergence_line, progress_filter)
 
 DATASET_ID = 991
 DATASET_NAME = "SyntheticFetalBenchmark"
@@ -75,7 +75,7 @@ LARGE_TEST_DATASET_ID = 992  # --large-test: further test cases, scored with the
 
 
 # ---------------------------------------------------------------------------------------- record
-def record_files(ws: Workspace, arm: str, trainer: str) -> list[Path]:
+def record_files(ws: Workspace, arm: str, trainer: str, plans: str = PLANS) -> list[Path]:
     """The files of a finished (seed, arm) trained by ``trainer`` that ``--report-only`` reads: the
     cohort settings, the subgroup table, the arm's result and per-case Dice, its hardness report if
     it has one, its case-weight table if it trained with one (the JTT arm's error set), its Dice on
@@ -86,16 +86,16 @@ def record_files(ws: Workspace, arm: str, trainer: str) -> list[Path]:
     files = [ws.folder / "cohort.json", ws.folder / LABEL_NOISE_RECORD, ws.folder / AUDIT_EXCLUDED_RECORD,
              ws.raw / SUBGROUPS_FILENAME,
              ws.arm_folder(arm) / "result.json",
-             ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer),
+             ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer, plans),
              ws.arm_folder(arm) / CASE_WEIGHTS_FILENAME,
              ws.folder / "large_test.json", *(ws.arm_folder(arm) / name for name in FURTHER_RESULTS.values())]
     return [f for f in files if f.is_file()]
 
 
-def export_record(ws: Workspace, arm: str, trainer: str, destination: Path) -> int:
+def export_record(ws: Workspace, arm: str, trainer: str, destination: Path, plans: str = PLANS) -> int:
     """Copy :func:`record_files` to the same place under ``destination / runs / seed_<s>``, each
     atomically; return how many were copied."""
-    files = record_files(ws, arm, trainer)
+    files = record_files(ws, arm, trainer, plans)
     target = destination / "runs" / ws.folder.name
     for source in files:
         path = target / source.relative_to(ws.folder)
@@ -258,11 +258,12 @@ def run(args: argparse.Namespace) -> int:
                 raise UserError(f"{ws.arm_folder(arm)}: stored with budget {summary.get('budget')}, not "
                                 f"{budget}; use another -o or --overwrite")
             # computed now, not stored: stored results predate it, and the runs' folders hold the counts
-            trainer = summary.get("trainer", ARM_TRAINERS[arm])
-            summary.update({f"draw_share_{group}": share for group, share in ws.draw_shares(trainer, finished=True).items()},
-                           minority_hardness_auc=ws.minority_hardness_auc(trainer),
-                           busiest_case_draws=ws.busiest_case_draws(trainer),
-                           noisy_draw_share=ws.noisy_draw_share(trainer), noisy_cases=len(ws.noisy_cases()),
+            trainer, plans = arm_run(arm, summary)
+            summary.update({f"draw_share_{group}": share
+                            for group, share in ws.draw_shares(trainer, finished=True, plans=plans).items()},
+                           minority_hardness_auc=ws.minority_hardness_auc(trainer, plans),
+                           busiest_case_draws=ws.busiest_case_draws(trainer, plans),
+                           noisy_draw_share=ws.noisy_draw_share(trainer, plans), noisy_cases=len(ws.noisy_cases()),
                            training_cases=ws.training_case_count())
             say(convergence_line(f"{arm} seed {seed}", summary))
             if args.large_test and not args.report_only:
@@ -274,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
                 if scored is not None:
                     kept.append(scored.assign(seed=seed, method=arm))
             if record is not None:
-                export_record(ws, arm, trainer, record)
+                export_record(ws, arm, trainer, record, plans)
             per_case = per_case.assign(seed=seed, method=arm)
             tables.append(per_case)
             run_rows.append(summary)

@@ -69,19 +69,14 @@ SUBJECTS = {  # participant -> (Pathology, Gestational age, rec), as in FeTA 2.1
 TEST_TRAINERS = ("nnUNetTrainer", "nnUNetTrainerDROAdaptive")
 TRAINER_MODULE = '''
 """Test-sized twins of the tutorial's trainers (found through nnUNet_extTrainer)."""
-import torch
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
 from nnunet_dro.training import nnUNetTrainerDROAdaptive
+from nnunet_dro.training.short_run import ShortRun
 
 
-class TutorialTestSize:
-    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
-                 device: torch.device = torch.device('cuda')):
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        self.num_epochs = 1
-        self.num_iterations_per_epoch = 2
-        self.num_val_iterations_per_epoch = 1
+class TutorialTestSize(ShortRun):
+    short_epochs, short_iterations, short_val_iterations = 1, 2, 1
 
 
 class nnUNetTrainer_tutorialTest(TutorialTestSize, nnUNetTrainer):

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from nnunet_dro.atomic import atomic_path, write_text_atomic
-from nnunet_dro.experiments.digits.data import DigitsSplit
-from nnunet_dro.experiments.digits.methods import METHODS
-from nnunet_dro.experiments.digits.training import RunResult
+from nnunet_dro.lab.experiments.digits.data import DigitsSplit
+from nnunet_dro.lab.experiments.digits.methods import METHODS
+from nnunet_dro.lab.experiments.digits.training import RunResult
 
 
 def _std(values: np.ndarray) -> float:

@@ -1,7 +1,7 @@
 """The robustness benchmark's analysis: per-seed statistics, paired differences to ERM, bootstrap
 intervals of p10 differences, the targets check, the markdown and terminal reports and the
 trade-off plot, from per-case Dice tables and run summaries. Nothing here trains or predicts
-(that is :mod:`nnunet_dro.workflows.benchmark` with :mod:`nnunet_dro.workflows.pipeline`), so
+(that is :mod:`nnunet_dro.lab.benchmark` with :mod:`nnunet_dro.lab.pipeline`), so
 ``--report-only`` and the tests use it on stored tables alone."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from nnunet_dro.atomic import atomic_path
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.stats import bootstrap_percentile_difference, holm, paired_wilcoxon
 from nnunet_dro.training.stability import budget_is_tight
-from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, BASELINE_ARM, CONVERGED_DICE, GROUP_COLUMN,
+from nnunet_dro.lab.pipeline import (ARM_TRAINERS, BASELINE_ARM, CONVERGED_DICE, GROUP_COLUMN,
                                            MAJORITY_GROUP, MINORITY_GROUPS)
 
 #: ERM, the paper's fixed beta, the default scale-free trainer (f 0.5, no importance weights, cap 5 / n)

@@ -13,9 +13,9 @@ from numpy.typing import NDArray
 from torch import nn
 
 from nnunet_dro.errors import UserError
-from nnunet_dro.experiments.digits.data import DEFAULT_BATCH_SIZE, DEFAULT_LR, DigitsSplit
-from nnunet_dro.experiments.digits.methods import METHODS, MethodContext, check_method_names
-from nnunet_dro.experiments.digits.model import SmallCNN
+from nnunet_dro.lab.experiments.digits.data import DEFAULT_BATCH_SIZE, DEFAULT_LR, DigitsSplit
+from nnunet_dro.lab.experiments.digits.methods import METHODS, MethodContext, check_method_names
+from nnunet_dro.lab.experiments.digits.model import SmallCNN
 
 
 @dataclass

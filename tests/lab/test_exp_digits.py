@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from nnunet_dro.errors import UserError
-from nnunet_dro.experiments import digits
+from nnunet_dro.lab.experiments import digits
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "digits_imbalance.py"
 

@@ -7,12 +7,13 @@ changes only what a 2-core CPU cannot afford:
 
 - the network is narrower: a quarter of nnU-Net's features per stage (``budget_width_divisor``);
   the same class of network, stages, kernels and strides, so prediction uses the same class;
-- the budget is 120 epochs x 25 iterations = 3000 iterations (``budget_epochs``,
-  ``budget_iterations_per_epoch``), 3 validation iterations per epoch;
+- the budget is 120 epochs x 25 iterations = 3000 iterations, 3 validation iterations per epoch
+  (a :class:`~nnunet_dro.training.short_run.ShortRun` of that size);
 - nnU-Net's final validation is skipped (``budget_final_validation``): with fold ``all`` it only
   re-predicts the training cases; the benchmark evaluates a held-out test set instead;
-- ``nnUNet_dro_num_epochs`` / ``nnUNet_dro_iterations_per_epoch`` override the budget (quick
-  looks and tests; every figure we report uses the class defaults);
+- ``nnUNet_dro_short_run`` (``EPOCHS[xITERATIONS]``, the one short-run variable of
+  :mod:`nnunet_dro.training.short_run`) overrides the budget (quick looks and tests; every
+  figure we report uses the class defaults);
 - with ``nnUNet_dro_seed`` set (an integer), torch is seeded right before the network is built,
   so every arm of one benchmark repetition starts from the same initial weights, and a DRO
   trainer's draws use that seed (the augmentation workers stay unseeded, as in nnU-Net);
@@ -38,14 +39,13 @@ from nnunetv2.training.nnUNetTrainer.variants.sampling.nnUNetTrainer_probabilist
     nnUNetTrainer_probabilisticOversampling_033
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
-from nnunet_dro.training.registry import BUDGET_SUFFIX, TRAINERS
+from nnunet_dro.training.registry import PREFIX, TRAINERS
+from nnunet_dro.training.short_run import SHORT_RUN_ENV, ShortRun  # noqa: F401 (SHORT_RUN_ENV: the budget's override)
 from nnunet_dro.training.stability import learning_time_line, pseudo_dice_history, stability_line
 
-#: Environment variables (nnU-Net style): the seed of a benchmark repetition, and overrides of
-#: the budget (smoke tests and quick looks; the benchmark's figures use the class defaults).
+#: Environment variables (nnU-Net style): the seed of a benchmark repetition and torch's threads
+#: (the budget's override is the short run's, ``SHORT_RUN_ENV``).
 SEED_ENV = "nnUNet_dro_seed"
-EPOCHS_ENV = "nnUNet_dro_num_epochs"
-ITERATIONS_ENV = "nnUNet_dro_iterations_per_epoch"
 THREADS_ENV = "nnUNet_dro_torch_threads"
 
 
@@ -64,12 +64,14 @@ def budget_seed() -> int | None:
     return _int_from_env(SEED_ENV)
 
 
-class CPUBudget:
+class CPUBudget(ShortRun):
     """Mixin: the CPU budget described in the module docstring. Put it *first* in the bases."""
 
-    budget_epochs: int = 120
-    budget_iterations_per_epoch: int = 25
-    budget_val_iterations_per_epoch: int = 3
+    short_epochs: int = 120
+    short_iterations: int = 25
+    short_val_iterations: int = 3
+    #: the budget's epochs (``nnunet_dro demo`` scales them)
+    budget_epochs: int = short_epochs
     budget_width_divisor: int = 4
     budget_min_features: int = 4
     budget_final_validation: bool = False
@@ -82,9 +84,6 @@ class CPUBudget:
             if threads < 1:
                 raise RuntimeError(f"{THREADS_ENV}={threads}: must be at least 1")
             torch.set_num_threads(threads)  # after nnUNetv2_train's own set_num_threads(cpu_count())
-        self.num_epochs = _int_from_env(EPOCHS_ENV) or self.budget_epochs
-        self.num_iterations_per_epoch = _int_from_env(ITERATIONS_ENV) or self.budget_iterations_per_epoch
-        self.num_val_iterations_per_epoch = self.budget_val_iterations_per_epoch
         seed = budget_seed()
         if seed is not None and hasattr(self, "dro_seed"):
             self.dro_seed = seed
@@ -136,11 +135,8 @@ class nnUNetTrainer_CPUBudget(CPUBudget, nnUNetTrainer):
     """nnU-Net's ERM trainer with the CPU budget."""
 
 
-class nnUNetTrainer_CPUBudget_repeat(nnUNetTrainer_CPUBudget):
-    """The same ERM again, in a results folder of its own (nnU-Net names the folder after the
-    trainer): a second run on the same cohort with the same initial weights. nnU-Net's
-    augmentation workers are not seeded, so the two runs differ as any two runs do; the paired
-    difference of this arm to ERM is the run-to-run noise every other comparison carries."""
+#: a CPU-budget twin's name: its trainer's and this
+BUDGET_SUFFIX = "_CPUBudget"
 
 
 def budget_twin(trainer: type) -> type:
@@ -155,31 +151,24 @@ def budget_twin(trainer: type) -> type:
 #: losses on the hardest 10 % of voxels, and foreground oversampling (the benchmark's comparison arms)
 NNUNET_ALTERNATIVES = (nnUNetTrainerDiceTopK10Loss, nnUNetTrainerTopk10Loss, nnUNetTrainer_probabilisticOversampling_033)
 
-#: every CPU-budget trainer by name: nnU-Net's ERM, its repeat, a twin of every trainer of ours and
-#: of nnU-Net's alternatives
+#: every CPU-budget trainer by name: nnU-Net's ERM, a twin of every trainer of ours and of nnU-Net's
+#: alternatives. A second run of one of them (the benchmark's ``ERM_repeat``, ``JTT``) is another
+#: results folder, not another class (:data:`nnunet_dro.lab.pipeline.ARM_PLANS`).
 BUDGET_TRAINERS: dict[str, type] = {
     "nnUNetTrainer_CPUBudget": nnUNetTrainer_CPUBudget,
-    "nnUNetTrainer_CPUBudget_repeat": nnUNetTrainer_CPUBudget_repeat,
     **{twin.__name__: twin for twin in map(budget_twin, (*TRAINERS.values(), *NNUNET_ALTERNATIVES))},
 }
 
 
-class nnUNetTrainerCaseWeights_CPUBudget_JTT(BUDGET_TRAINERS["nnUNetTrainerCaseWeights_CPUBudget"]):
-    """The second training of Just Train Twice (the benchmark's JTT arm): ``nnUNetTrainerCaseWeights``
-    with the CPU budget, in a results folder of its own (nnU-Net names the folder after the
-    trainer), reading the error set's table from ``nnUNet_dro_case_weights``."""
-
-
-BUDGET_TRAINERS[nnUNetTrainerCaseWeights_CPUBudget_JTT.__name__] = nnUNetTrainerCaseWeights_CPUBudget_JTT
-
-
-class nnUNetTrainerDROAdaptive_CPUBudget_repeat(BUDGET_TRAINERS["nnUNetTrainerDROAdaptive_CPUBudget"]):
-    """The default DRO trainer again, in a results folder of its own (the benchmark's
-    ``DROAdaptive_repeat`` arm): a second run of the default on a cohort that already has one, so
-    that the default can be trained under the same conditions as an arm it is compared with
-    (threads, cores) and still be paired with the ERM run of that cohort. Same setting, same
-    initial weights and draw seed; the augmentation workers are unseeded, as for ``ERM_repeat``."""
-
-
-BUDGET_TRAINERS[nnUNetTrainerDROAdaptive_CPUBudget_repeat.__name__] = nnUNetTrainerDROAdaptive_CPUBudget_repeat
 globals().update(BUDGET_TRAINERS)  # module attributes, so nnU-Net's lookup by name finds them
+
+
+def arm_name(trainer_name: str) -> str:
+    """The benchmark arm of a trainer: its name without ``nnUNetTrainer`` and ``_CPUBudget``
+    (``ERM`` for nnU-Net's own trainer).
+
+    >>> arm_name("nnUNetTrainerDROAdaptive_f90_noIS_CPUBudget"), arm_name("nnUNetTrainer_CPUBudget")
+    ('DROAdaptive_f90_noIS', 'ERM')
+    """
+    name = trainer_name[:-len(BUDGET_SUFFIX)] if trainer_name.endswith(BUDGET_SUFFIX) else trainer_name
+    return "ERM" if name == PREFIX else name[len(PREFIX):].lstrip("_") if name.startswith(PREFIX) else name

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import torch
-from nnunet_dro.experiments.digits.data import NUM_CLASSES
+from nnunet_dro.lab.experiments.digits.data import NUM_CLASSES
 from torch import nn
 
 

@@ -9,7 +9,7 @@ anything).
 2. ``nnUNetv2_plan_and_preprocess``;
 3. ``nnUNetv2_train`` of nnU-Net's ERM trainer and of the default scale-free DRO setting
    (``nnUNetTrainerDROAdaptive``: f = 0.5, no importance weights), both at the CPU budget of
-   :mod:`nnunet_dro.training.budget` (``<Trainer>_CPUBudget``: a quarter of nnU-Net's features
+   :mod:`nnunet_dro.lab.budget` (``<Trainer>_CPUBudget``: a quarter of nnU-Net's features
    per stage, 120 epochs x 25 iterations) and from the same initial weights;
 4. ``nnUNetv2_predict`` of the test images with both;
 5. ``nnunet_dro evaluate`` by condition and region (white matter, intra-axial CSF, cerebellum),
@@ -18,7 +18,7 @@ anything).
 
 Everything lives in ``OUT`` (its own ``nnUNet_raw``/``_preprocessed``/``_results``), never in the
 user's nnU-Net folders. Steps already completed in ``OUT`` are reused when the demo is re-run.
-The steps are those of the robustness benchmark (:mod:`nnunet_dro.workflows.pipeline`).
+The steps are those of the robustness benchmark (:mod:`nnunet_dro.lab.pipeline`).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import pandas as pd
 
 from nnunet_dro.training.stability import budget_is_tight
 
-from nnunet_dro.workflows.pipeline import (ARM_TRAINERS, GROUP_COLUMN, MAJORITY_GROUP, MINORITY_GROUPS, REGIONS,
+from nnunet_dro.lab.pipeline import (ARM_TRAINERS, GROUP_COLUMN, MAJORITY_GROUP, MINORITY_GROUPS, REGIONS,
                                            Budget, Cohort, Workspace, convergence_line, progress_filter)
 
 DATASET_ID = 990

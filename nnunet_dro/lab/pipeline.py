@@ -7,9 +7,12 @@ Every step runs nnU-Net's real command in a subprocess inside one working folder
 (``arms/<ARM>/result.json`` + ``per_case.csv``) is written atomically when it is complete, and a
 later call with the same folder skips it. So a long benchmark can be built in pieces.
 
-The arms are CPU-budget trainers (:mod:`nnunet_dro.training.budget`): nnU-Net's plans with a
-quarter of the features per stage; ``nnUNet_dro_seed`` gives every arm of one repetition the same
-initial weights.
+The arms are CPU-budget trainers (:mod:`nnunet_dro.lab.budget`, found through the lab's trainer
+folder, :func:`~nnunet_dro.lab.ext_trainers.lab_trainer_dirs`): nnU-Net's plans with a quarter of
+the features per stage; ``nnUNet_dro_seed`` gives every arm of one repetition the same initial
+weights. An arm that trains another arm's trainer again (``ERM_repeat``, ``DROAdaptive_repeat``,
+``JTT``) does so under a copy of the plans with another name (:data:`ARM_PLANS`): nnU-Net names a
+run's folder ``<trainer>__<plans>__<configuration>``, so a repeat is a results folder, not a class.
 """
 from __future__ import annotations
 
@@ -32,9 +35,10 @@ from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
-from nnunet_dro.training.budget import BUDGET_TRAINERS, EPOCHS_ENV, ITERATIONS_ENV, SEED_ENV, THREADS_ENV
+from nnunet_dro.lab.budget import BUDGET_TRAINERS, SEED_ENV, THREADS_ENV, arm_name
+from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_ENV, CASE_WEIGHTS_FILENAME
-from nnunet_dro.training.registry import arm_name
+from nnunet_dro.training.short_run import SHORT_RUN_ENV, short_run_value
 from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, START_EPOCH, THRESHOLD, all_learned_epoch,
                                           collapsed_epochs, learning_time_text, lost_epochs)
 from nnunet_dro.weighting.hardness import UNIFORM_BETA
@@ -42,6 +46,8 @@ from nnunet_dro.workflows.ensemble import predict
 from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
 
 CONFIGURATION = "3d_fullres"
+#: nnU-Net's plans identifier of every arm but those of :data:`ARM_PLANS`
+PLANS = "nnUNetPlans"
 FOLD = "all"
 GROUP_COLUMN = "condition"
 MAJORITY_GROUP = "control"
@@ -83,15 +89,35 @@ NNUNET_ALTERNATIVE_ARMS = {"DiceTopK10": "nnUNetTrainerDiceTopK10Loss_CPUBudget"
                            "Oversample033": "nnUNetTrainer_probabilisticOversampling_033_CPUBudget"}
 #: Just Train Twice as an arm: the ERM arm's final network scored on its own training cases, the
 #: error set and its table (:mod:`nnunet_dro.workflows.jtt`, the defaults of ``nnunet_dro jtt``), then
-#: a second training that reads the table. Its own trainer name, so that its run folder is not the
-#: CaseWeights arm's.
+#: a second training that reads the table (``nnUNetTrainerCaseWeights``, in a results folder of its
+#: own, :data:`ARM_PLANS`, so that it is not the CaseWeights arm's).
 JTT_ARM = "JTT"
 JTT_SETTINGS = {"fraction": 0.2, "rule": "worst-dice", "upweight": 5.0}
 ARM_TRAINERS = {**{arm_name(name): name for name in BUDGET_TRAINERS if name.endswith("_CPUBudget")},
-                "ERM_repeat": "nnUNetTrainer_CPUBudget_repeat",
-                "DROAdaptive_repeat": "nnUNetTrainerDROAdaptive_CPUBudget_repeat",
+                "ERM_repeat": "nnUNetTrainer_CPUBudget",
+                "DROAdaptive_repeat": "nnUNetTrainerDROAdaptive_CPUBudget",
                 **LEGACY_ARMS, **NNUNET_ALTERNATIVE_ARMS,
-                JTT_ARM: "nnUNetTrainerCaseWeights_CPUBudget_JTT"}
+                JTT_ARM: "nnUNetTrainerCaseWeights_CPUBudget"}
+#: the arms that train another arm's trainer again, and the plans identifier of their run: a copy
+#: of nnU-Net's plans under this name (same preprocessed data, :meth:`Workspace.plans_for`), so that
+#: nnU-Net gives the run a results folder of its own. ``ERM_repeat`` and ``DROAdaptive_repeat``: a
+#: second run on the same cohort with the same initial weights (and draw seed); nnU-Net's
+#: augmentation workers are unseeded, so the two runs differ as any two runs do, and the paired
+#: difference to the first run is the run-to-run noise every other comparison carries.
+ARM_PLANS = {"ERM_repeat": f"{PLANS}_repeat", "DROAdaptive_repeat": f"{PLANS}_repeat", JTT_ARM: f"{PLANS}_JTT"}
+
+
+def arm_run(arm: str, summary: Mapping | None = None) -> tuple[str, str]:
+    """The trainer and plans identifier of an arm's run: those its stored ``summary`` names, else
+    the current ones. Results stored before repeats were plans (``nnUNetTrainer_CPUBudget_repeat``
+    under ``nnUNetPlans``) keep their own.
+
+    >>> arm_run("ERM_repeat"), arm_run("ERM_repeat", {"trainer": "nnUNetTrainer_CPUBudget_repeat"})
+    (('nnUNetTrainer_CPUBudget', 'nnUNetPlans_repeat'), ('nnUNetTrainer_CPUBudget_repeat', 'nnUNetPlans'))
+    """
+    if summary and "trainer" in summary:
+        return summary["trainer"], summary.get("plans", PLANS)
+    return ARM_TRAINERS.get(arm, ""), ARM_PLANS.get(arm, PLANS)
 
 
 @dataclass(frozen=True)
@@ -120,12 +146,13 @@ class Budget:
     iterations_per_epoch: int | None = None
 
     def env(self) -> dict[str, str]:
-        out = {}
-        if self.epochs:
-            out[EPOCHS_ENV] = str(self.epochs)
-        if self.iterations_per_epoch:
-            out[ITERATIONS_ENV] = str(self.iterations_per_epoch)
-        return out
+        """``nnUNet_dro_short_run`` for the overrides (none: the budget as it is).
+
+        >>> Budget().env(), Budget(1, 2).env(), Budget(iterations_per_epoch=4).env()
+        ({}, {'nnUNet_dro_short_run': '1x2'}, {'nnUNet_dro_short_run': 'x4'})
+        """
+        value = short_run_value(self.epochs or None, self.iterations_per_epoch or None)
+        return {SHORT_RUN_ENV: value} if value else {}
 
 
 class Workspace:
@@ -139,7 +166,7 @@ class Workspace:
         self.dataset_id, self.cohort, self.echo = dataset_id, cohort, echo
         self.log_file = str(self.folder / "nnunet_commands.log")
         self.env = nnunet_environment(
-            root=self.folder / "nnunet",
+            root=self.folder / "nnunet", extra_trainer_dirs=lab_trainer_dirs(),
             overrides={"nnUNet_compile": "f", "nnUNet_def_n_proc": "2",
                        "nnUNet_n_proc_DA": os.environ.get("nnUNet_n_proc_DA", "2"),
                        **({THREADS_ENV: str(torch_threads)} if torch_threads else {})})
@@ -246,13 +273,24 @@ class Workspace:
     def arm_folder(self, arm: str) -> Path:
         return self.folder / "arms" / arm
 
-    def fold_folder(self, trainer: str) -> Path:
-        return (Path(self.env["nnUNet_results"]) / self.raw.name / f"{trainer}__nnUNetPlans__{CONFIGURATION}"
+    def fold_folder(self, trainer: str, plans: str = PLANS) -> Path:
+        return (Path(self.env["nnUNet_results"]) / self.raw.name / f"{trainer}__{plans}__{CONFIGURATION}"
                 / f"fold_{FOLD}")
 
-    def hardness_report_file(self, trainer: str) -> Path:
+    def plans_for(self, arm: str) -> str:
+        """The plans identifier the arm trains under (:data:`ARM_PLANS`); for a repeat, its copy of
+        nnU-Net's plans is written beside them first (same configurations and data identifier, so
+        the preprocessed cases are shared; only ``plans_name``, hence the results folder, differs)."""
+        plans = ARM_PLANS.get(arm, PLANS)
+        path = self.preprocessed / f"{plans}.json"
+        if plans != PLANS and not path.is_file():
+            content = json.loads((self.preprocessed / f"{PLANS}.json").read_text())
+            write_text_atomic(path, json.dumps({**content, "plans_name": plans}, indent=4))
+        return plans
+
+    def hardness_report_file(self, trainer: str, plans: str = PLANS) -> Path:
         """Where a case-weighting trainer's run keeps its ``dro_hardness.csv``."""
-        return self.fold_folder(trainer) / "dro_hardness.csv"
+        return self.fold_folder(trainer, plans) / "dro_hardness.csv"
 
     def finished(self, arm: str) -> bool:
         folder = self.arm_folder(arm)
@@ -264,32 +302,32 @@ class Workspace:
         folder = self.arm_folder(arm)
         summary = json.loads((folder / "result.json").read_text())
         if "all_learned_epoch" not in summary:
-            summary["all_learned_epoch"] = self.all_learned_epoch(summary.get("trainer", ARM_TRAINERS.get(arm, "")))
+            summary["all_learned_epoch"] = self.all_learned_epoch(*arm_run(arm, summary))
         return summary, pd.read_csv(folder / "per_case.csv", dtype={"case": str})
 
     def _training_groups(self) -> pd.DataFrame:
         subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
         return subgroups[subgroups["split"] == "train"][["case", GROUP_COLUMN]]
 
-    def _hardness_report(self, trainer: str) -> pd.DataFrame | None:
+    def _hardness_report(self, trainer: str, plans: str = PLANS) -> pd.DataFrame | None:
         """The run's ``dro_hardness.csv`` joined with the training cases' groups, if it has one."""
-        report = self.hardness_report_file(trainer)
+        report = self.hardness_report_file(trainer, plans)
         if not report.is_file():
             return None
         table = pd.read_csv(report, dtype={"case": str}).drop(columns=[GROUP_COLUMN, "group"], errors="ignore")
         return table.merge(self._training_groups(), on="case")
 
-    def draw_shares(self, trainer: str, finished: bool = False) -> dict[str, float]:
+    def draw_shares(self, trainer: str, finished: bool = False, plans: str = PLANS) -> dict[str, float]:
         """Share of the training draws that went to each group (condition): counted from the
         hardness report (``times_drawn``) of a case-weighting run; for a trainer without one
         (nnU-Net's ERM) each group's share of the training cases, what uniform sampling gives in
         expectation. Empty when the run's folder is gone, unless the caller knows the run
         ``finished`` (it read the run's stored result): a record keeps no checkpoint, and a
         case-weighting run always leaves its hardness report."""
-        report = self._hardness_report(trainer)
+        report = self._hardness_report(trainer, plans)
         if report is not None:
             counts = report.groupby(GROUP_COLUMN)["times_drawn"].sum()
-        elif finished or (self.fold_folder(trainer) / "checkpoint_final.pth").is_file():
+        elif finished or (self.fold_folder(trainer, plans) / "checkpoint_final.pth").is_file():
             counts = self._training_groups().groupby(GROUP_COLUMN)["case"].size()
         else:
             return {}
@@ -309,44 +347,44 @@ class Workspace:
         """How many cases the arms train on: the cohort's, less any the audit took out."""
         return len(self._training_groups())
 
-    def noisy_draw_share(self, trainer: str) -> float:
+    def noisy_draw_share(self, trainer: str, plans: str = PLANS) -> float:
         """Share of the training draws that went to the noisy cases (uniform sampling: their share of
         the training cases, which is also what a run without a hardness report gets); NaN without
         label noise."""
         noisy = set(self.noisy_cases())
         if not noisy:
             return float("nan")
-        report = self._hardness_report(trainer)
+        report = self._hardness_report(trainer, plans)
         if report is None:
             return len(noisy) / self.training_case_count()
         total = float(report["times_drawn"].sum())
         return float(report.loc[report["case"].isin(noisy), "times_drawn"].sum()) / total if total > 0 else float("nan")
 
-    def busiest_case_draws(self, trainer: str) -> float:
+    def busiest_case_draws(self, trainer: str, plans: str = PLANS) -> float:
         """How far a case-weighting run concentrated on single cases: the most-drawn training case's
         draws over what uniform sampling gives each case (``total / n``; 1 = no case favoured).
         NaN without a hardness report (nnU-Net's own uniform sampling keeps no counts)."""
-        report = self._hardness_report(trainer)
+        report = self._hardness_report(trainer, plans)
         if report is None or not len(report):
             return float("nan")
         counts = report["times_drawn"].to_numpy(dtype=np.float64)
         total = counts.sum()
         return float(counts.max() * len(counts) / total) if total > 0 else float("nan")
 
-    def all_learned_epoch(self, trainer: str) -> int | None:
+    def all_learned_epoch(self, trainer: str, plans: str = PLANS) -> int | None:
         """The first epoch of the run with every structure's pseudo-Dice >= ``ALL_LEARNED``, read from
         its final checkpoint's log (for results stored before ``training_summary`` kept it); None
         if no epoch had, or the run's folder is gone."""
-        checkpoint = self.fold_folder(trainer) / "checkpoint_final.pth"
+        checkpoint = self.fold_folder(trainer, plans) / "checkpoint_final.pth"
         if not checkpoint.is_file():
             return None
         return training_summary(checkpoint.parent)["all_learned_epoch"]
 
-    def minority_hardness_auc(self, trainer: str) -> float:
+    def minority_hardness_auc(self, trainer: str, plans: str = PLANS) -> float:
         """How well the run's final stale losses single out the minority cases: the probability
         that a random minority case has a higher stale loss than a random control (Mann-Whitney
         AUC; 0.5: no better than chance). NaN without a hardness report."""
-        report = self._hardness_report(trainer)
+        report = self._hardness_report(trainer, plans)
         if report is None:
             return float("nan")
         from scipy.stats import mannwhitneyu
@@ -363,16 +401,17 @@ class Workspace:
         """``nnUNetv2_train`` of one arm (resumed with ``--c`` after an interruption, skipped when
         finished); returns the seconds it took now. The JTT arm first writes its case-weight table
         (:meth:`jtt_table`) and trains with it."""
-        fold_dir = self.fold_folder(trainer)
+        plans = self.plans_for(arm)
+        fold_dir = self.fold_folder(trainer, plans)
         tic = time.perf_counter()
         if not (fold_dir / "checkpoint_final.pth").is_file():
             extra = {CASE_WEIGHTS_ENV: str(self.jtt_table(device))} if arm == JTT_ARM else {}
             resume = ["--c"] if (fold_dir / "checkpoint_latest.pth").is_file() else []
             self.echo(f"  {arm}: nnUNetv2_train {self.dataset_id} {CONFIGURATION} {FOLD} -tr {trainer}"
-                      + (" --c (resuming)" if resume else ""))
+                      + (f" -p {plans}" if plans != PLANS else "") + (" --c (resuming)" if resume else ""))
             env = {**self.env, SEED_ENV: str(seed), **budget.env(), **extra}
-            run_nnunet("nnUNetv2_train", [str(self.dataset_id), CONFIGURATION, FOLD, "-tr", trainer, "-device", device,
-                                          *resume], env, echo=show, log_file=self.log_file)
+            run_nnunet("nnUNetv2_train", [str(self.dataset_id), CONFIGURATION, FOLD, "-tr", trainer, "-p", plans,
+                                          "-device", device, *resume], env, echo=show, log_file=self.log_file)
             self.arm_folder(arm).mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.arm_folder(arm) / "train_seconds.txt", f"{time.perf_counter() - tic:.1f}\n")
         return time.perf_counter() - tic
@@ -405,7 +444,8 @@ class Workspace:
         cases = len(list(labels.glob("*.nii.gz")))
         self.echo(f"  {arm}: nnUNetv2_predict of {cases} cases of {images.parent.name}/{images.name} (--disable_tta)")
         predict(self.env, self.dataset_id, CONFIGURATION, str(images), predictions, trainer, [FOLD],
-                device=device, npp=1, nps=1, echo=None, log_file=self.log_file, tta=False)
+                plans=ARM_PLANS.get(arm, PLANS), device=device, npp=1, nps=1, echo=None, log_file=self.log_file,
+                tta=False)
         from nnunet_dro.evaluation.api import evaluate
 
         result = evaluate(str(labels), {arm: str(predictions)}, None, groups=str(groups),
@@ -417,14 +457,14 @@ class Workspace:
         """Train, predict and evaluate one arm (or load its stored result)."""
         if self.finished(arm):
             return self.load(arm)
-        fold_dir = self.fold_folder(trainer)
+        fold_dir = self.fold_folder(trainer, self.plans_for(arm))
         self.train_arm(arm, trainer, seed, budget, device, show)
         times_file = self.arm_folder(arm) / "train_seconds.txt"  # the time of the run that trained it
         train_seconds = float(times_file.read_text()) if times_file.is_file() else float("nan")
         per_case = self._predict_and_score(arm, trainer, self.raw / "imagesTs", self.raw / "labelsTs",
                                            self.folder / "subgroups_test.tsv", self.arm_folder(arm) / "predictions",
                                            device)
-        summary = {"arm": arm, "trainer": trainer, "seed": seed, "cohort": asdict(self.cohort),
+        summary = {"arm": arm, "trainer": trainer, "plans": self.plans_for(arm), "seed": seed, "cohort": asdict(self.cohort),
                    "budget": asdict(budget), "train_seconds": round(train_seconds, 1),
                    **training_summary(fold_dir), "control_mean_dice": majority_means(per_case)}
         write_text_atomic(self.arm_folder(arm) / "per_case.csv", per_case.to_csv(index=False))
@@ -473,8 +513,9 @@ class Workspace:
         stored = self.arm_folder(arm) / FURTHER_RESULTS[cases]
         if stored.is_file():
             return pd.read_csv(stored, dtype={"case": str})
-        if not (self.fold_folder(trainer) / "checkpoint_final.pth").is_file():
-            raise UserError(f"{self.fold_folder(trainer)}: no checkpoint_final.pth to score the {cases} cases "
+        fold_dir = self.fold_folder(trainer, ARM_PLANS.get(arm, PLANS))
+        if not (fold_dir / "checkpoint_final.pth").is_file():
+            raise UserError(f"{fold_dir}: no checkpoint_final.pth to score the {cases} cases "
                             f"with (arm {arm}); its run folder is needed, a record is not enough")
         if cases == "large_test":
             raw, split = self.large_test_raw(dataset_id), "Ts"

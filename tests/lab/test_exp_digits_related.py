@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from nnunet_dro.experiments import digits
+from nnunet_dro.lab.experiments import digits
 from nnunet_dro.sampling.distributions import chi2_dro_probabilities, kl_dro_probabilities
 from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
 

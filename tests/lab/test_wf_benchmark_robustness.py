@@ -28,7 +28,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_robustness
 @pytest.fixture(scope="module")
 def bench():
     """The benchmark's analysis and runner (``scripts/benchmark_robustness.py`` is a thin script over them)."""
-    from nnunet_dro.workflows import benchmark, benchmark_analysis
+    from nnunet_dro.lab import benchmark, benchmark_analysis
     return SimpleNamespace(**{**vars(benchmark_analysis), **vars(benchmark)})
 
 
@@ -244,7 +244,7 @@ def test_seeded_budget_trainers_start_from_the_same_weights(tmp_path):
     check = textwrap.dedent(f"""
         import torch
         from batchgenerators.utilities.file_and_folder_operations import join, load_json
-        from nnunet_dro.training import nnUNetTrainer_CPUBudget, nnUNetTrainerDROAdaptive_CPUBudget
+        from nnunet_dro.lab.budget import nnUNetTrainer_CPUBudget, nnUNetTrainerDROAdaptive_CPUBudget
         folder = join({str(tmp_path / 'pre')!r}, 'Dataset993_SyntheticFetal')
         plans, dataset = load_json(join(folder, 'nnUNetPlans.json')), load_json(join(folder, 'dataset.json'))
         weights, seeds, widths = [], [], []
@@ -274,7 +274,7 @@ def test_draw_shares_count_the_sampler_draws_or_fall_back_to_uniform(tmp_path):
     """The runs table's "minorities' share of draws": from the hardness report's draw counts of a
     case-weighting run, from the training cases' groups for nnU-Net's uniform sampling, and
     nothing for a run whose folder is gone; and how well the stale losses rank minorities first."""
-    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.pipeline import Cohort, Workspace
 
     ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
     ws.raw.mkdir(parents=True)
@@ -369,7 +369,7 @@ def test_p10_intervals_skip_seeds_and_groups_an_arm_lacks(bench):
 def test_docstring_examples_of_the_benchmark_modules_run():
     import doctest
 
-    from nnunet_dro.workflows import benchmark, benchmark_analysis
+    from nnunet_dro.lab import benchmark, benchmark_analysis
     attempted = 0
     for module in (benchmark_analysis, benchmark):
         result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE, verbose=False)
@@ -423,7 +423,7 @@ def test_all_learned_epoch_is_read_from_the_final_checkpoint(tmp_path):
     """Results stored before the runs table had the column get it from the run's checkpoint log."""
     import torch
 
-    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.pipeline import Cohort, Workspace
 
     ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
     folder = ws.fold_folder("Trainer")
@@ -440,7 +440,7 @@ def _stored_seed(root: Path, seed: int, arms: dict, large_test: bool = False, no
     subgroup table, and per arm its result, per-case Dice and (case-weighting arms) hardness report;
     with ``large_test`` also its Dice on a larger test set (40 cases per group); with ``noisy`` the
     record of those training cases' corrupted labels."""
-    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.pipeline import Cohort, Workspace
 
     ws = Workspace(root / "runs" / f"seed_{seed}", 991, "SyntheticFetalBenchmark",
                    Cohort(seed=seed, label_noise=len(noisy)), echo=lambda text: None)
@@ -617,7 +617,7 @@ def test_also_against_needs_other_arms_of_the_run(bench, tmp_path, capsys, again
 
 def test_large_test_needs_the_trained_network(tmp_path):
     """A record keeps no checkpoint: scoring a larger test set from it is refused, naming the folder."""
-    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.pipeline import Cohort, Workspace
 
     ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
     with pytest.raises(UserError, match="no checkpoint_final.pth to score the large_test cases"):
@@ -643,33 +643,6 @@ def test_training_fit_sets_training_beside_test(bench, training, test, expected)
     assert bench.training_fit_section(fit.iloc[:0]) == []
 
 
-@pytest.mark.slow
-def test_smoke_run_scores_further_cases_with_the_trained_network(bench, tmp_path, capsys):
-    """End to end through nnU-Net's CLIs: a one-epoch ERM run, then its network predicts a larger
-    test set drawn apart from the cohort and its own training cases; asking for another size of
-    larger test set in the same folder is refused. The training runs with one torch thread
-    (``--torch-threads 1``; nnU-Net alone would give it every core), as its log says."""
-    common = ["--seeds", "1", "--arms", "ERM", "--epochs", "1", "--iterations", "2", "--n-train", "10",
-              "--n-test", "6", "--size", "16", "-o", str(tmp_path)]
-    assert bench.main(common + ["--large-test", "3", "--training-fit", "--torch-threads", "1"]) == 0
-    logs = list((tmp_path / "runs" / "seed_0" / "nnunet" / "nnUNet_results").rglob("training_log_*.txt"))
-    assert len(logs) == 1 and "torch threads 1, seed 0" in logs[0].read_text()
-    training = pd.read_csv(tmp_path / "runs" / "seed_0" / "arms" / "ERM" / "per_case_training.csv")
-    assert training["case"].nunique() == 10 and training["value"].between(0, 100).all()
-    assert "## Fit on the training cases" in (tmp_path / "summary.md").read_text()
-    seed = tmp_path / "runs" / "seed_0"
-    scored = pd.read_csv(seed / "arms" / "ERM" / "per_case_large_test.csv")
-    assert scored.groupby("condition")["case"].nunique().to_dict() == {"control": 3, "other": 3, "spina_bifida": 3}
-    assert set(scored["region"]) == {"white_matter", "intra_axial_csf", "cerebellum"}
-    assert scored["value"].between(0, 100).all()
-    main_cases = set(pd.read_csv(seed / "arms" / "ERM" / "per_case.csv")["case"])
-    assert len(main_cases) == 6 and json.loads((seed / "large_test.json").read_text())["seed"] == 1_000_000
-    assert "## On a larger test set" in (tmp_path / "summary.md").read_text()
-    capsys.readouterr()
-    assert bench.main(common + ["--large-test", "4"]) == 2
-    assert "larger test set was drawn as" in capsys.readouterr().err
-
-
 def test_the_script_is_a_thin_entry_point_to_the_module():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--report-only" in proc.stdout and "--export-record" in proc.stdout
@@ -683,7 +656,7 @@ def test_a_seed_folder_restored_from_a_record_gets_its_label_noise_again(tmp_pat
     (an arm added to a recorded seed), the same cases are corrupted again, not left clean; a record
     that names other cases than the seed gives is refused, and the next attempt generates afresh."""
     import nibabel as nib
-    from nnunet_dro.workflows.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.pipeline import Cohort, Workspace
 
     def labels(ws, cases):
         return {case: np.asarray(nib.load(str(ws.raw / "labelsTr" / f"{case}.nii.gz")).dataobj) for case in cases}
@@ -747,7 +720,7 @@ def _check_jtt_arm(seed: Path, record: Path, printed: str, n_train: int = 10) ->
     """Just Train Twice's two stages: the ERM network scored on its own training cases, its worst
     fifth by worst-region Dice up-weighted, a second training in its own folder reading that table,
     and the table kept in the record."""
-    from nnunet_dro.workflows.pipeline import JTT_SETTINGS
+    from nnunet_dro.lab.pipeline import JTT_SETTINGS
 
     fit = pd.read_csv(seed / "arms" / "ERM" / "per_case_training.csv", dtype={"case": str})
     worst = fit.dropna(subset=["value"]).groupby("case")["value"].min()
@@ -761,9 +734,9 @@ def _check_jtt_arm(seed: Path, record: Path, printed: str, n_train: int = 10) ->
     assert max(worst[c] for c in chosen) <= min(worst[c] for c in set(worst.index) - chosen)
     assert "error set of the ERM network on its training cases" in printed
     result = json.loads((seed / "arms" / "JTT" / "result.json").read_text())
-    assert result["trainer"] == "nnUNetTrainerCaseWeights_CPUBudget_JTT"
+    assert (result["trainer"], result["plans"]) == ("nnUNetTrainerCaseWeights_CPUBudget", "nnUNetPlans_JTT")
     fold = (seed / "nnunet" / "nnUNet_results" / "Dataset991_SyntheticFetalBenchmark"
-            / "nnUNetTrainerCaseWeights_CPUBudget_JTT__nnUNetPlans__3d_fullres" / "fold_all")
+            / "nnUNetTrainerCaseWeights_CPUBudget__nnUNetPlans_JTT__3d_fullres" / "fold_all")
     assert f"case weights from {table_file}" in next(fold.glob("training_log_*.txt")).read_text()
     assert (record / "runs" / seed.name / "arms" / "JTT" / "case_weights.tsv").read_text() == table_file.read_text()
 
@@ -774,7 +747,7 @@ def test_exclude_flagged_trains_without_the_cases_the_audit_flags(bench, tmp_pat
     out of the raw dataset before preprocessing; every arm trains on what is left, the test cases
     are kept, the report's uniform share counts the cases trained on, and a seed folder restored
     from a record takes out the same cases again (a record naming others is refused)."""
-    from nnunet_dro.workflows.pipeline import AUDIT_EXCLUDED_RECORD, Cohort, Workspace
+    from nnunet_dro.lab.pipeline import AUDIT_EXCLUDED_RECORD, Cohort, Workspace
 
     out, record = tmp_path / "bench", tmp_path / "record"
     cohort = Cohort(n_train=30, n_test=6, size=16, seed=0, label_noise=3, exclude_flagged=True)
@@ -829,7 +802,8 @@ def test_two_processes_train_two_arms_of_one_seed_side_by_side(tmp_path):
     ``--train-only`` the default DRO arm (ERM not among its arms). The preparation lock lets one of
     them make and preprocess the cohort, the other waits and reuses it (one cohort in the command
     said once); both networks train on it, and a third run with both arms predicts and reports without
-    training anything again."""
+    training anything again, and scores both networks on further cases (``_check_further_scorings``);
+    asking for another size of larger test set in the same folder is then refused."""
     out = tmp_path / "bench"
     common = ["--seeds", "1", "--epochs", "1", "--iterations", "2", "--n-train", "10", "--n-test", "6",
               "--size", "16", "--torch-threads", "1", "-o", str(out)]
@@ -847,9 +821,35 @@ def test_two_processes_train_two_arms_of_one_seed_side_by_side(tmp_path):
     assert (seed / "arms" / "DROAdaptive" / "train_seconds.txt").is_file()
     assert not (seed / "arms" / "DROAdaptive" / "result.json").is_file()  # trained, not yet scored
 
-    both = subprocess.run([sys.executable, str(SCRIPT), *common, "--arms", "ERM,DROAdaptive"], env=env, text=True,
-                          capture_output=True, timeout=900)
+    both = subprocess.run([sys.executable, str(SCRIPT), *common, "--arms", "ERM,DROAdaptive", "--large-test", "3",
+                           "--training-fit"], env=env, text=True, capture_output=True, timeout=900)
     assert both.returncode == 0, both.stderr
     assert "nnUNetv2_train" not in both.stdout  # nothing trained again
     assert (seed / "arms" / "DROAdaptive" / "result.json").is_file()
     assert set(pd.read_csv(out / "runs.csv")["arm"]) == {"ERM", "DROAdaptive"}
+    _check_further_scorings(out)
+    again = subprocess.run([sys.executable, str(SCRIPT), *common, "--arms", "ERM", "--large-test", "4"], env=env,
+                           text=True, capture_output=True, timeout=900)
+    assert again.returncode == 2 and "larger test set was drawn as" in again.stderr
+
+
+def _check_further_scorings(out: Path) -> None:
+    """The trained networks scored again (the last run of the two-process test, which shares its
+    small run with this check): a larger test set drawn apart from the cohort, and the arms' own
+    training cases. The trainings ran with one torch thread (``--torch-threads 1``; nnU-Net alone
+    would give them every core), as their logs say."""
+    seed = out / "runs" / "seed_0"
+    logs = list((seed / "nnunet" / "nnUNet_results").rglob("training_log_*.txt"))
+    assert len(logs) == 2 and all("torch threads 1, seed 0" in log.read_text() for log in logs)
+    training = pd.read_csv(seed / "arms" / "ERM" / "per_case_training.csv")
+    assert training["case"].nunique() == 10 and training["value"].between(0, 100).all()
+    summary = (out / "summary.md").read_text()
+    assert "## Fit on the training cases" in summary and "## On a larger test set" in summary
+    for arm in ("ERM", "DROAdaptive"):
+        scored = pd.read_csv(seed / "arms" / arm / "per_case_large_test.csv")
+        assert scored.groupby("condition")["case"].nunique().to_dict() == {"control": 3, "other": 3,
+                                                                           "spina_bifida": 3}
+        assert set(scored["region"]) == {"white_matter", "intra_axial_csf", "cerebellum"}
+        assert scored["value"].between(0, 100).all()
+    main_cases = set(pd.read_csv(seed / "arms" / "ERM" / "per_case.csv")["case"])
+    assert len(main_cases) == 6 and json.loads((seed / "large_test.json").read_text())["seed"] == 1_000_000

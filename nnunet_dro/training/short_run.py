@@ -1,0 +1,68 @@
+"""A short run of any trainer, for smoke tests, the GPU check and quick looks: one mixin, one
+environment variable.
+
+``class X_short(ShortRun, X)`` keeps everything of ``X`` and trains ``short_epochs`` epochs of
+``short_iterations`` iterations (``short_val_iterations`` validation iterations each), unless
+``nnUNet_dro_short_run`` says otherwise: ``EPOCHS``, ``EPOCHSxITERATIONS`` or
+``EPOCHSxITERATIONSxVALIDATION``; an empty field keeps the class's value (``x2``: its epochs, 2
+iterations). The lab's CPU-budget trainers are short runs too (:mod:`nnunet_dro.lab.budget`, their
+class values the benchmark's budget), so one variable shortens every one of them.
+
+>>> short_run_sizes("3", (2, 3, 1)), short_run_sizes("1x2", (2, 3, 1)), short_run_sizes("x5x2", (2, 3, 1))
+((3, 3, 1), (1, 2, 1), (2, 5, 2))
+>>> short_run_sizes("", (120, 25, 3))
+(120, 25, 3)
+>>> short_run_sizes("0", (2, 3, 1))
+Traceback (most recent call last):
+...
+RuntimeError: nnUNet_dro_short_run='0': expected EPOCHS[xITERATIONS[xVALIDATION]], positive integers
+"""
+from __future__ import annotations
+
+import os
+from typing import Tuple
+
+import torch
+
+#: the one environment variable of every short run: EPOCHS[xITERATIONS[xVALIDATION]]
+SHORT_RUN_ENV = "nnUNet_dro_short_run"
+
+
+def short_run_sizes(text: str, defaults: Tuple[int, int, int]) -> Tuple[int, int, int]:
+    """(epochs, iterations per epoch, validation iterations per epoch) from ``text`` (the
+    variable's value), each empty or missing field taken from ``defaults``."""
+    fields = text.strip().lower().split("x") if text.strip() else []
+    try:
+        values = [int(f) if f.strip() else None for f in fields]
+    except ValueError:
+        values = [0]
+    if len(values) > 3 or any(v is not None and v < 1 for v in values):
+        raise RuntimeError(f"{SHORT_RUN_ENV}={text!r}: expected EPOCHS[xITERATIONS[xVALIDATION]], positive integers")
+    values += [None] * (3 - len(values))
+    return tuple(d if v is None else v for v, d in zip(values, defaults))  # type: ignore[return-value]
+
+
+def short_run_value(epochs: int | None = None, iterations: int | None = None, validation: int | None = None) -> str:
+    """The variable's value for these sizes (None: the class's own).
+
+    >>> short_run_value(1, 2), short_run_value(iterations=4), short_run_value(2, 3, 1)
+    ('1x2', 'x4', '2x3x1')
+    """
+    fields = ["" if v is None else str(int(v)) for v in (epochs, iterations, validation)]
+    while fields and not fields[-1]:
+        fields.pop()
+    return "x".join(fields)
+
+
+class ShortRun:
+    """Mixin: the sizes of the module docstring. Put it *first* in the bases."""
+
+    short_epochs: int = 2
+    short_iterations: int = 3
+    short_val_iterations: int = 1
+
+    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
+                 device: torch.device = torch.device('cuda')):
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        self.num_epochs, self.num_iterations_per_epoch, self.num_val_iterations_per_epoch = short_run_sizes(
+            os.environ.get(SHORT_RUN_ENV, ""), (self.short_epochs, self.short_iterations, self.short_val_iterations))

@@ -1,0 +1,83 @@
+"""docs/training.md's variant tables checked against the classes: every trainer a row names
+exists, the settings a row states are the class's, and every discovered variant is named on the
+page (a new variant file without its line in the docs fails here)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import nnunet_dro.training as training
+from nnunet_dro.training.variants import VARIANTS
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "training.md"
+TEXT = PAGE.read_text()
+
+
+def table_rows(header: str) -> list[list[str]]:
+    """The cells of each row of the table whose header line starts with ``header``."""
+    lines = TEXT.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def row_trainers(cell: str) -> list[str]:
+    """``nnUNetTrainerX`` / ``_a`` / ``_b`` -> the full names (a ``_suffix`` replaces the first
+    name's last suffix group: ``nnUNetTrainerDROAdaptive_f25`` / ``_f50`` -> ..._f50)."""
+    names = re.findall(r"`([^`]+)`", cell)
+    first = names[0]
+    stem = re.match(r"(nnUNetTrainer[A-Za-z]*)", first).group(1)
+    return [first] + [stem + n for n in names[1:]]
+
+
+def numbers(cell: str) -> list[float]:
+    head = re.match(r"[\d. /]+", cell)
+    return [float(v) for v in head.group(0).split("/") if v.strip()] if head else []
+
+
+def test_the_fixed_beta_table_states_each_trainers_beta_and_importance_sampling():
+    rows = table_rows("| trainer | beta | importance sampling |")
+    assert len(rows) >= 7
+    for trainer, beta, importance, _ in rows:
+        (name,) = row_trainers(trainer)
+        cls = getattr(training, name)
+        if beta.startswith("ERM"):
+            assert not hasattr(cls, "dro_beta"), name
+            continue
+        assert cls.dro_beta == float(beta) and cls.dro_importance_sampling == importance.startswith("on"), name
+
+
+def test_the_scale_free_table_states_each_trainers_fraction_importance_weights_and_cap():
+    rows = table_rows("| trainer | f | importance weights |")
+    assert len(rows) >= 4
+    for trainer, fraction, importance, cap in rows:
+        names = row_trainers(trainer)
+        fractions = numbers(fraction)
+        assert len(fractions) == len(names), (names, fraction)
+        for name, f in zip(names, fractions):
+            cls = getattr(training, name)
+            assert cls.dro_fraction == f, name
+            assert cls.dro_importance_sampling == importance.startswith("on"), name
+            assert cls.dro_max_weight == (None if cap.startswith("no cap") else numbers(cap)[0]), name
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_every_variant_is_on_the_page(name):
+    named = set(re.findall(r"nnUNetTrainer\w+", TEXT))
+    for cell in re.findall(r"^\|([^|]+)\|", TEXT, re.M):
+        if "`" in cell and "nnUNetTrainer" in cell:
+            named.update(row_trainers(cell))
+    assert name in named, f"{PAGE.name} does not name the variant {name}"
+
+
+def test_every_trainer_the_tables_name_exists():
+    for cell in re.findall(r"^\|([^|]+)\|", TEXT, re.M):
+        if "`nnUNetTrainer" in cell:
+            for name in row_trainers(cell):
+                assert name in training.TRAINERS or name == "nnUNetTrainer", name

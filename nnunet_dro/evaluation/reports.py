@@ -572,14 +572,14 @@ def write_disparity_figure(path: Path, result: EvaluationResult, metric: str) ->
         for i, method in enumerate(methods):
             rows_m = data[data["method"] == method].set_index("group").reindex(groups)
             x = np.arange(len(groups)) - 0.4 + step * (i + 0.5)
-            for statistic, marker, fill in (("mean", "o", f"C{i}"), (CVAR_COLUMN, "v", "none")):
+            for statistic, marker, fill, shift in (("mean", "o", f"C{i}", 0.0), (CVAR_COLUMN, "v", "none", step / 3)):
                 y = rows_m[statistic].to_numpy(float)
                 if f"{statistic}_ci_low" in rows_m:
                     low, high = rows_m[f"{statistic}_ci_low"].to_numpy(float), rows_m[f"{statistic}_ci_high"]
                     error = np.vstack([y - low, high.to_numpy(float) - y])
                 else:
                     error = None
-                axis.errorbar(x, y, yerr=error, fmt=marker, color=f"C{i}", markerfacecolor=fill, capsize=2,
+                axis.errorbar(x + shift, y, yerr=error, fmt=marker, color=f"C{i}", markerfacecolor=fill, capsize=2,
                               markersize=5, linewidth=1, label=f"{method} {statistic}" if k == 0 else None)
             gap = disparity[(disparity["group_column"] == column) & (disparity["region"] == region)
                             & (disparity["method"] == method)]

@@ -401,8 +401,8 @@ def gap_lines(result: EvaluationResult, metric: str) -> list[str]:
             best = changes.loc[changes["gap_change"].idxmin()]
             change = _interval_text(best, "gap_change", metric, signed=True)
             if best["gap_change"] < 0:
-                parts.append(f"{region}: {best['method']} shrank it by {change} ({base} gap "
-                             f"{base_gap:.{_decimals(metric)}f})")
+                parts.append(f"{region}: {best['method']} shrank it by {-best['gap_change']:.{_decimals(metric)}f} "
+                             f"(Δ gap {change}; {base} gap {base_gap:.{_decimals(metric)}f})")
             else:
                 parts.append(f"{region}: no method shrank it (smallest change {best['method']} {change}; {base} "
                              f"gap {base_gap:.{_decimals(metric)}f})")

@@ -292,8 +292,9 @@ def _load_method(name: str, path: str, metrics: Sequence[str], file_ending: str 
             raise UserError(f"-pred {name}={path}: expected a folder or an nnU-Net summary.json")
         needs_masks = [m for m in metrics if m in MASK_METRICS]
         if needs_masks:
-            raise UserError(f"-pred {name}={path}: an nnU-Net summary.json has no {needs_masks[0]} (it needs the "
-                            f"masks: drop {needs_masks[0]} from --metrics or give the prediction folder)")
+            shown = needs_masks[0].upper() if needs_masks[0] in ("hd95", "nsd") else f"{needs_masks[0]} error"
+            raise UserError(f"-pred {name}={path}: an nnU-Net summary.json has no {shown} (it needs the masks: drop "
+                            f"{needs_masks[0]} from --metrics or give the prediction folder)")
         return _Method(name, path, "summary", summary=load_nnunet_summary(path))
     return _Method(name, path, "folder", files=list_segmentations(path, f"prediction folder of {name}", file_ending))
 
@@ -560,13 +561,13 @@ def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, 
     methods left a region empty): only then does a report mark a winner.
     """
     rows = []
+    scored: dict[tuple, set] = {}  # (metric, group_column, group, region) -> the case sets of the methods
     indexed = {key: frame for key, frame in per_case.groupby(["metric", "method", "region"], sort=False)}
     for metric in metrics:
         higher = METRIC_INFO[metric].higher_is_better
         for group_column, group, column in _groupings(group_columns, group_orders):
-            for region in regions:
-                scored = {}
-                for m in methods:
+            for m in methods:
+                for region in regions:
                     frame = indexed.get((metric, m.name, region.name))
                     if frame is not None and column is not None:
                         frame = frame[frame[column] == group]
@@ -575,7 +576,8 @@ def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, 
                     else:
                         values = frame["value"].to_numpy(float)
                         cases = frozenset(frame["case"].to_numpy()[~np.isnan(values)])
-                    scored[m.name] = cases
+                    key = (metric, group_column, group, region.name)
+                    scored.setdefault(key, set()).add(cases)
                     row = {"method": m.name, "group_column": group_column, "group": group,
                            "region": region.name, "metric": metric,
                            "direction": "higher is better" if higher else "lower is better",
@@ -584,9 +586,8 @@ def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, 
                         for name, (low, high) in bootstrap_summary_intervals(values, higher, n_bootstrap).items():
                             row[f"{name}_ci_low"], row[f"{name}_ci_high"] = low, high
                     rows.append(row)
-                same = len(set(scored.values())) == 1
-                for row in rows[-len(methods):]:
-                    row["same_cases"] = same
+    for row in rows:
+        row["same_cases"] = len(scored[(row["metric"], row["group_column"], row["group"], row["region"])]) == 1
     columns = ["method", "group_column", "group", "region", "metric", "n", "mean", "std", "median", "iqr"] + \
         [percentile_column(q) for q in percentiles] + [CVAR_COLUMN]
     if n_bootstrap > 0:

@@ -420,7 +420,8 @@ def terminal_table(result: EvaluationResult) -> str:
     extra = gap_lines(result, metrics[0])
     if len(metrics) > 1:
         where = os.path.join(result.output_folder, "table.md") if result.output_folder else "table.md"
-        extra.append(f"Shown: {metrics[0]} only; {', '.join(metrics[1:])} are in {where}.")
+        extra.append(f"Shown: {metrics[0]} only; {', '.join(metrics[1:])} {'is' if len(metrics) == 2 else 'are'} "
+                     f"in {where}.")
     return text + ("\n" + "\n".join(extra) + "\n" if extra else "")
 
 

@@ -131,6 +131,8 @@ def test_terminal_says_where_the_other_metrics_are(cohort, tmp_path):
     done = run_cli("-ref", ref, "-pred", f"A={preds['A']}", "-o", out, "-np", "1", "--metrics", "dice", "hd95", "nsd")
     assert done.returncode == 0, done.stderr
     assert f"Shown: dice only; hd95, nsd are in {out}/table.md." in done.stdout
+    one_more = run_cli("-ref", ref, "-pred", f"A={preds['A']}", "-o", out, "-np", "1", "--metrics", "hd95", "dice")
+    assert f"Shown: hd95 only; dice is in {out}/table.md." in one_more.stdout
     assert "## HD95 (mm), all cases" in (out / "table.md").read_text()
 
 

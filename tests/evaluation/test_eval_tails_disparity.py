@@ -128,12 +128,13 @@ def test_all_equal_zero_region_wins_nothing_on_spread(tmp_path):
 def test_terminal_says_where_the_other_metrics_are(cohort, tmp_path):
     root, ref, preds = cohort
     out = tmp_path / "report"
-    done = run_cli("-ref", ref, "-pred", f"A={preds['A']}", "-o", out, "-np", "1", "--metrics", "dice", "hd95", "nsd")
-    assert done.returncode == 0, done.stderr
-    assert f"Shown: dice only; hd95, nsd are in {out}/table.md." in done.stdout
-    one_more = run_cli("-ref", ref, "-pred", f"A={preds['A']}", "-o", out, "-np", "1", "--metrics", "hd95", "dice")
-    assert f"Shown: hd95 only; dice is in {out}/table.md." in one_more.stdout
+    result = evaluate(str(ref), {"A": str(preds["A"])}, str(out), metrics=["dice", "hd95", "nsd"], num_processes=1,
+                      progress=False)
+    assert reports.terminal_table(result).rstrip().endswith(f"Shown: dice only; hd95, nsd are in {out}/table.md.")
     assert "## HD95 (mm), all cases" in (out / "table.md").read_text()
+    result = evaluate(str(ref), {"A": str(preds["A"])}, None, metrics=["hd95", "dice"], num_processes=1,
+                      progress=False)
+    assert reports.terminal_table(result).rstrip().endswith("Shown: hd95 only; dice is in table.md.")
 
 
 def test_cvar_bootstrap_interval_equals_an_independent_loop():

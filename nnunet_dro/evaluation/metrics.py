@@ -40,6 +40,7 @@ and the topology errors better low; every "worst tenth" statistic uses it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import numpy as np
 from scipy import ndimage
@@ -233,30 +234,61 @@ def nsd_percent(reference_mask: np.ndarray, prediction_mask: np.ndarray, spacing
     return nsd_from_distances(*surface_distances(reference_mask, prediction_mask, spacing), tolerance_mm)
 
 
+def euler_characteristic(padded: np.ndarray) -> int:
+    """Euler characteristic of the union of the closed unit cubes (squares in 2D) of the
+    foreground voxels, which is that of the ``ndim``-connected foreground (26 in 3D) with a
+    1-connected background: ``sum over cells of (-1)^dim``. A cell of dimension ``d`` (a vertex,
+    edge, face or cube) is shared by the ``2^(ndim - d)`` voxels of a window two wide along the
+    other axes, and belongs to the union when any of them is foreground; so each count is a few
+    logical ORs of shifted views. ``padded`` must have a background border (every cell inside).
+    The same number as scikit-image's ``euler_number(mask, connectivity=ndim)`` (checked in the
+    tests), at a fraction of its cost.
+
+    >>> cube = np.pad(np.ones((2, 2, 2), bool), 1)
+    >>> euler_characteristic(cube), euler_characteristic(np.pad(np.ones((3, 3), bool), 1))
+    (1, 1)
+    """
+    ndim = padded.ndim
+    windows: dict[tuple[int, ...], np.ndarray] = {(): padded}
+    chi = 0
+    for size in range(ndim + 1):
+        for axes in combinations(range(ndim), size):
+            if axes not in windows:
+                smaller = windows[axes[:-1]]
+                axis = axes[-1]
+                windows[axes] = (np.take(smaller, range(smaller.shape[axis] - 1), axis=axis)
+                                 | np.take(smaller, range(1, smaller.shape[axis]), axis=axis))
+            dimension = ndim - size
+            chi += (-1) ** dimension * int(np.count_nonzero(windows[axes]))
+        # windows of this size are needed only to build the next size
+        for axes in [a for a in windows if len(a) < size]:
+            del windows[axes]
+    return chi
+
+
 def topology(mask: np.ndarray) -> tuple[int, int, int, int]:
     """``(chi, b0, b1, b2)`` of a binary mask: Euler characteristic and Betti numbers.
 
     Foreground is ``ndim``-connected (26 neighbours in 3D, 8 in 2D), background 1-connected (6,
     4): the pairing under which ``chi = b0 - b1 + b2`` holds for digital images. ``b0`` counts
-    foreground components (scikit-image ``label``), ``b2`` cavities (background components that
-    do not reach the image border; 0 in 2D), ``chi`` is scikit-image's ``euler_number``, and ``b1``
-    (tunnels; holes in 2D) follows from the Euler-Poincare formula. Outside the image counts as
+    foreground components, ``b2`` cavities (background components that do not reach the image
+    border; 0 in 2D), both by connected-component labelling (scipy), ``chi`` comes from
+    :func:`euler_characteristic` (scikit-image's ``euler_number`` in the tests), and ``b1``
+    (tunnels; holes in 2D) from the Euler-Poincare formula. Outside the image counts as
     background. An empty mask gives ``(0, 0, 0, 0)``.
 
     >>> ring = np.ones((3, 3), bool); ring[1, 1] = False
     >>> topology(ring)
     (0, 1, 1, 0)
     """
-    from skimage.measure import euler_number, label
-
     mask = np.asarray(mask, bool)
     if not mask.any():
         return 0, 0, 0, 0
     # Topology is unchanged by cropping to the bounding box with one background voxel around it.
     padded = np.pad(mask[_bounding_box(mask)], 1, constant_values=False)
-    chi = int(euler_number(padded, connectivity=mask.ndim))
-    b0 = int(label(padded, connectivity=mask.ndim, return_num=True)[1])
-    background = int(label(~padded, connectivity=1, return_num=True)[1])
+    chi = euler_characteristic(padded)
+    b0 = int(ndimage.label(padded, structure=np.ones((3,) * mask.ndim, bool))[1])
+    background = int(ndimage.label(~padded, structure=ndimage.generate_binary_structure(mask.ndim, 1))[1])
     enclosed = background - 1  # the component touching the padding is the outside
     if mask.ndim == 2:
         return chi, b0, enclosed, 0

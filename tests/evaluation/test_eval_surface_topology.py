@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy.spatial.distance import cdist
+from skimage.measure import euler_number
 
 from nnunet_dro.evaluation import evaluate
 from nnunet_dro.evaluation.metrics import nsd_percent, topology, topology_errors
@@ -75,15 +76,18 @@ def _combinations(n, k):
 def test_topology_of_hand_built_masks(name, mask, expected):
     assert topology(mask) == expected
     assert cubical_euler(mask) == expected[0]
+    assert euler_number(np.pad(mask, 1), connectivity=3) == expected[0]  # scikit-image's count
 
 
-def test_euler_matches_the_cubical_complex_count_on_random_masks():
+def test_euler_matches_scikit_image_and_the_cubical_complex_count_on_random_masks():
     rng = np.random.default_rng(3)
     for _ in range(20):
         mask = rng.random((7, 8, 6)) < rng.uniform(0.2, 0.7)
         chi, b0, b1, b2 = topology(mask)
-        assert chi == cubical_euler(mask)
+        assert chi == cubical_euler(mask) == euler_number(np.pad(mask, 1), connectivity=3)
         assert chi == b0 - b1 + b2 and min(b0, b1, b2) >= 0
+        square = rng.random((9, 8)) < 0.5
+        assert topology(square)[0] == euler_number(np.pad(square, 1), connectivity=2)
 
 
 def test_2d_ring_and_single_slice_volume():

@@ -6,6 +6,10 @@ processes, both command-line tools end to end (start-up, reading, metrics, writi
 both wall-clock times, the ratio (ours / nnU-Net; target <= 1.0) and the largest per-case Dice
 difference (identical Dice expected: differences at float rounding, < 1e-9 percent).
 
+A third command, ``nnunet_dro evaluate --metrics dice nsd topology`` (normalised surface Dice
+and the four topology errors on every label), is timed in the same rounds; its ratio to nnU-Net
+has the target <= 1.5 (``--no-surface`` leaves it out).
+
     .venv/bin/python scripts/benchmark_evaluation.py            # 40 cases, 96^3, -np 2
     .venv/bin/python scripts/benchmark_evaluation.py --cases 10 --size 64 --np 1
 
@@ -85,7 +89,7 @@ def timed(command: list[str], env: dict) -> float:
     return elapsed
 
 
-def per_case_work(ref: Path, pred: Path, labels: int) -> tuple[float, float]:
+def per_case_work(ref: Path, pred: Path, labels: int, **mask_metrics) -> tuple[float, float]:
     """Both tools' per-case functions in this process: reading and scoring without pool start-up."""
     from nnunetv2.evaluation.evaluate_predictions import compute_metrics
     from nnunetv2.imageio.simpleitk_reader_writer import SimpleITKIO
@@ -99,7 +103,8 @@ def per_case_work(ref: Path, pred: Path, labels: int) -> tuple[float, float]:
     theirs = time.perf_counter() - start
     start = time.perf_counter()
     for name in cases:
-        evaluate_case(CaseTask(case=name, reference=str(ref / name), predictions=(("bench", str(pred / name)),)))
+        evaluate_case(CaseTask(case=name, reference=str(ref / name), predictions=(("bench", str(pred / name)),),
+                               **mask_metrics))
     return theirs, time.perf_counter() - start
 
 
@@ -111,6 +116,7 @@ def main() -> None:
     parser.add_argument("--np", type=int, default=2, help="processes for both tools (default 2)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-surface", action="store_true", help="do not time the run with NSD and topology")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="nnunet_dro_bench_eval_"))
@@ -124,28 +130,43 @@ def main() -> None:
                   "-pfile", str(root / "plans.json"), "-o", str(root / "nnunet_summary.json"), "-np", str(args.np)]
         ours = [str(BIN / "nnunet_dro"), "evaluate", "-ref", str(ref), "-pred", f"bench={pred}",
                 "-o", str(root / "report"), "-np", str(args.np)]
+        surface = [str(BIN / "nnunet_dro"), "evaluate", "-ref", str(ref), "-pred", f"bench={pred}",
+                   "-o", str(root / "report_surface"), "-np", str(args.np), "--metrics", "dice", "nsd", "topology"]
         times = {"nnUNetv2_evaluate_folder": [], "nnunet_dro evaluate": []}
+        if not args.no_surface:
+            times["nnunet_dro evaluate +nsd +topology"] = []
         for _ in range(args.repeats):
             times["nnUNetv2_evaluate_folder"].append(timed(nnunet, env))
             times["nnunet_dro evaluate"].append(timed(ours, env))
+            if not args.no_surface:
+                times["nnunet_dro evaluate +nsd +topology"].append(timed(surface, env))
         theirs_s, ours_s = min(times["nnUNetv2_evaluate_folder"]), min(times["nnunet_dro evaluate"])
 
         summary = json.loads((root / "nnunet_summary.json").read_text())
         expected = {(Path(e["reference_file"]).name[: -len(".nii.gz")], str(k)): 100 * m["Dice"]
                     for e in summary["metric_per_case"] for k, m in e["metrics"].items()}
         per_case = pd.read_csv(root / "report" / "per_case.csv")
-        got = {(r.case, str(r.region)): r.value for r in per_case.itertuples() if r.metric == "dice"}
+        # regions are named as in the dataset.json beside labelsTs (label1, ...); nnU-Net names them by value
+        got = {(r.case, str(r.region).removeprefix("label")): r.value for r in per_case.itertuples()
+               if r.metric == "dice"}
         assert expected.keys() == got.keys(), "the two tools scored different cases or labels"
         difference = max(abs(expected[k] - got[k]) for k in expected)
 
         print(f"processes: {args.np}, best of {args.repeats} runs each (wall clock, whole command)")
         for name, values in times.items():
-            print(f"  {name:26s} {min(values):7.2f} s   (runs: {', '.join(f'{v:.2f}' for v in values)})")
+            print(f"  {name:36s} {min(values):7.2f} s   (runs: {', '.join(f'{v:.2f}' for v in values)})")
         print(f"ratio nnunet_dro / nnU-Net: {ours_s / theirs_s:.2f}  (target <= 1.0)")
+        if not args.no_surface:
+            surface_s = min(times["nnunet_dro evaluate +nsd +topology"])
+            print(f"ratio nnunet_dro with dice, nsd, topology / nnU-Net: {surface_s / theirs_s:.2f}  (target <= 1.5)")
         theirs_core, ours_core = per_case_work(ref, pred, args.labels)
         print(f"per-case work only, one process, no start-up (read + all labels, summed over cases):\n"
               f"  nnU-Net compute_metrics     {theirs_core:7.2f} s\n  nnunet_dro evaluate_case    {ours_core:7.2f} s\n"
               f"  ratio {ours_core / theirs_core:.2f}")
+        if not args.no_surface:
+            _, surface_core = per_case_work(ref, pred, args.labels, compute_nsd=True, compute_topology=True)
+            print(f"  nnunet_dro evaluate_case with nsd and topology {surface_core:7.2f} s, ratio to nnU-Net's "
+                  f"compute_metrics (Dice only) {surface_core / theirs_core:.2f}")
         print(f"Dice: {len(expected)} case-label values, max |difference| = {difference:.2e} percent "
               f"({'identical' if difference < 1e-9 else 'DIFFERENT'})")
     finally:

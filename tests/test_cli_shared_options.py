@@ -60,4 +60,5 @@ def test_ensemble_hands_its_evaluation_options_to_evaluate(monkeypatch):
     assert args.func(args) == 0
     assert seen == dict(reference="gt", groups="g.tsv", group_by=["condition"], case_column="id", groups_partial=False,
                         regions="feta",
-                        metrics=["dice", "hd95"], percentiles=[10.0, 5.0], empty="nan", strict=True)
+                        metrics=["dice", "hd95"], percentiles=[10.0, 5.0], empty="nan", strict=True,
+                        nsd_tolerance=None)

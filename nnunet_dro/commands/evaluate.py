@@ -26,9 +26,10 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "evaluate",
         help="per-subgroup Dice percentiles and IQR, paired comparisons and plots for prediction folders",
-        description="Stratified robustness evaluation: Dice (and HD95, volume similarity) per case and region, "
-                    "summarised per subgroup (mean, std, median, IQR, low percentiles), paired comparisons "
-                    "between methods, tables (csv, json, md, tex) and box plots in OUT_DIR. Files are matched "
+        description="Stratified robustness evaluation: Dice (and HD95, volume similarity, NSD, topology errors) "
+                    "per case and region, summarised per subgroup (mean, std, median, IQR, worst-tail percentiles "
+                    "and CVaR10 by each metric's direction), the gap between the best and worst subgroup, paired "
+                    "comparisons between methods, tables (csv, json, md, tex) and figures in OUT_DIR. Files are matched "
                     "by nnU-Net case identifier (file name without its ending).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_reference_argument(parser, required=False,
@@ -53,8 +54,9 @@ def register(subparsers) -> None:
     parser.add_argument("-np", type=positive_int, default=None, metavar="N",
                         help="number of processes reading cases. Default: nnUNet_def_n_proc or 8")
     parser.add_argument("--bootstrap", type=non_negative_int, default=0, metavar="N",
-                        help="with 2+ methods: N bootstrap resamples of the cases give 95%% confidence intervals "
-                             "of the mean and percentile differences (comparison.csv, table.md, terminal). "
+                        help="N case-resampling bootstrap resamples give 95%% intervals of the mean and CVaR10 "
+                             "(summary.csv), of the differences between methods (comparison.csv) and of the gap "
+                             "between groups and its change (disparity.csv; cases resampled within groups). "
                              "Default: 0 (off)")
     parser.set_defaults(func=run)
 

@@ -5,8 +5,8 @@ One function per group of options, so both commands spell, explain and default t
 - :func:`add_reference_argument`: ``-ref``;
 - :func:`add_group_arguments`: ``-groups``, ``--group-by``, ``--case-column``, ``--groups-partial`` (the
   subgroup table);
-- :func:`add_scoring_arguments`: ``-regions``, ``--metrics``, ``--percentiles``, ``--empty``, ``--strict`` /
-  ``--allow-mismatch``;
+- :func:`add_scoring_arguments`: ``-regions``, ``--metrics``, ``--nsd-tolerance``, ``--percentiles``,
+  ``--empty``, ``--strict`` / ``--allow-mismatch``;
 - :func:`evaluation_options`: the keyword arguments of :func:`nnunet_dro.evaluation.api.evaluate`
   that these options give.
 
@@ -16,7 +16,8 @@ One function per group of options, so both commands spell, explain and default t
 >>> args = parser.parse_args(["-ref", "labelsTs", "--group-by", "condition", "--percentiles", "10"])
 >>> sorted(evaluation_options(args).items())  # doctest: +NORMALIZE_WHITESPACE
 [('case_column', 'case'), ('empty', 'one'), ('group_by', ['condition']), ('groups', None),
- ('groups_partial', False), ('metrics', ['dice']), ('percentiles', [10.0]), ('regions', None), ('strict', True)]
+ ('groups_partial', False), ('metrics', ['dice']), ('nsd_tolerance', None), ('percentiles', [10.0]),
+ ('regions', None), ('strict', True)]
 """
 from __future__ import annotations
 
@@ -57,8 +58,15 @@ def add_scoring_arguments(parser: Container) -> None:
                              "Default: the labels (or regions) of the dataset.json beside the reference folder "
                              "(an nnU-Net dataset's labelsTr/labelsTs), named as there; without one, each "
                              "foreground label found in the references. A preset must fit that dataset.json")
-    parser.add_argument("--metrics", type=str, nargs="+", default=["dice"], choices=["dice", "hd95", "vs"],
-                        help="metrics: dice (%%), hd95 (mm), vs (volume similarity, %%). Default: dice")
+    parser.add_argument("--metrics", type=str, nargs="+", default=["dice"],
+                        choices=["dice", "hd95", "vs", "nsd", "euler", "b0", "b1", "b2", "topology"],
+                        help="metrics: dice (%%), hd95 (mm), vs (volume similarity, %%), nsd (normalised surface "
+                             "Dice at --nsd-tolerance, %%), euler, b0, b1, b2 (topology errors: |Euler "
+                             "characteristic| and |Betti number| differences; topology = all four). Dice, vs, nsd "
+                             "are better high, hd95 and the topology errors better low. Default: dice")
+    parser.add_argument("--nsd-tolerance", type=float, default=None, metavar="MM",
+                        help="tolerance of nsd in mm. Default: 1 for -regions feta, 2 for brats and brats-nnunet, "
+                             "2 otherwise")
     parser.add_argument("--percentiles", type=percentile, nargs="+", default=[25, 10, 5], metavar="Q",
                         help="percentiles to report (numpy linear interpolation). Default: 25 10 5")
     parser.add_argument("--empty", type=str, default="one", choices=["one", "nan"],
@@ -81,4 +89,4 @@ def evaluation_options(args: argparse.Namespace) -> dict:
     return dict(groups=args.groups, group_by=args.group_by, case_column=args.case_column,
                 groups_partial=args.groups_partial, regions=args.regions,
                 metrics=args.metrics, percentiles=args.percentiles, empty=args.empty,
-                strict=not args.allow_mismatch)
+                strict=not args.allow_mismatch, nsd_tolerance=args.nsd_tolerance)

@@ -28,13 +28,17 @@ from nnunet_dro.evaluation.crossval import (CrossValidation, check_cases_in_refe
                                             gather_validation, is_trainer_folder)
 from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
-from nnunet_dro.evaluation.metrics import (EMPTY_POLICIES, METRICS, CaseResult, CaseTask, dice_percent,
-                                           evaluate_case, hd95_empty_value, region_counts,
+from nnunet_dro.evaluation.disparity import disparity_table
+from nnunet_dro.evaluation.metrics import (EMPTY_POLICIES, MASK_METRICS, METRIC_ALIASES, METRIC_INFO, METRICS,
+                                           TOPOLOGY_METRICS, CaseResult, CaseTask, dice_percent, evaluate_case,
+                                           hd95_empty_value, region_counts, topology_errors,
                                            volume_similarity_percent)
 from nnunet_dro.evaluation.regions import Region, RegionSpec, default_regions, resolve_regions
 from nnunet_dro.evaluation.result import EvaluationResult
-from nnunet_dro.evaluation.stats import (bootstrap_mean_difference, bootstrap_percentile_difference, holm,
-                                         paired_wilcoxon, percentile_column, summarize, wilcoxon_can_reach)
+from nnunet_dro.evaluation.stats import (CVAR_COLUMN, bootstrap_cvar_difference, bootstrap_mean_difference,
+                                         bootstrap_percentile_difference, bootstrap_summary_intervals, cvar, holm,
+                                         paired_wilcoxon, percentile_column, summarize, tail_quantile,
+                                         wilcoxon_can_reach)
 
 MISSING_POLICIES = ("error", "worst", "skip")
 RESERVED_COLUMNS = ("method", "case", "region", "metric", "value", "note", "empty_policy", "missing_policy",
@@ -52,6 +56,26 @@ MISSING_POLICY_TEXT = {
 }
 HD95_TEXT = ("HD95 in mm: max of the two directed 95th percentiles of surface distances; with exactly one side "
              "empty (or a missing prediction under --missing worst) it is the image diagonal in mm")
+NSD_TEXT = ("NSD in percent: surface voxels of either mask within the tolerance (mm) of the other mask's surface, "
+            "over all surface voxels of both; exactly one side empty (or a missing prediction under "
+            "--missing worst): 0")
+TOPOLOGY_TEXT = ("topology errors: |chi(pred) - chi(ref)| (euler) and |b_k(pred) - b_k(ref)| (b0 components, b1 "
+                 "tunnels, b2 cavities), 26-connected foreground and 6-connected background (8 and 4 in 2D); an "
+                 "empty mask has chi = b0 = b1 = b2 = 0, so exactly one side empty needs no policy; a missing "
+                 "prediction under --missing worst is scored as an empty prediction")
+TAIL_TEXT = ("pXX is the value of the worst XX % of cases by the metric's direction: numpy's XXth percentile for "
+             "metrics better high (dice, vs, nsd), the (100 - XX)th for metrics better low (hd95, topology "
+             f"errors); {CVAR_COLUMN} is the mean of the worst ceil(n / 10) cases (integer arithmetic) by the "
+             "same direction")
+#: Default NSD tolerance (mm) per -regions preset; every other region spec gets DEFAULT_NSD_TOLERANCE_MM.
+#: Two voxels at the usual resolution: FeTA's 0.5 mm reconstructions, BraTS's 1 mm.
+NSD_TOLERANCE_BY_PRESET = {"preset feta": 1.0, "preset brats": 2.0, "preset brats-nnunet": 2.0}
+DEFAULT_NSD_TOLERANCE_MM = 2.0
+
+
+def default_nsd_tolerance(spec: RegionSpec) -> float:
+    """The NSD tolerance in mm when ``--nsd-tolerance`` is not given: by preset, else 2 mm."""
+    return NSD_TOLERANCE_BY_PRESET.get(spec.source, DEFAULT_NSD_TOLERANCE_MM)
 
 
 def default_num_processes() -> int:
@@ -83,6 +107,7 @@ class _Inputs:
     ref_files: dict[str, str]
     assignment: GroupAssignment | None
     num_processes: int
+    nsd_tolerance: float
 
 
 def check_inputs(reference: str, method_names: Sequence[str], output: str | None, *,
@@ -90,7 +115,7 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
                  groups_partial: bool = False, regions: str | RegionSpec | None = None,
                  metrics: Sequence[str] = ("dice",), percentiles: Sequence[float] = (25, 10, 5), empty: str = "one",
                  missing: str = "error", num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True,
-                 echo: Callable[[str], None] | None = None,
+                 nsd_tolerance: float | None = None, echo: Callable[[str], None] | None = None,
                  select_cases: Callable[[dict[str, str]], dict[str, str]] | None = None) -> _Inputs:
     """Check everything :func:`evaluate` can check before a prediction exists: the options, the
     report folder (``output``), the reference folder, the regions (a preset against the
@@ -104,6 +129,8 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
     """
     metrics, percentiles = _check_options(method_names, metrics, percentiles, empty, missing, num_processes,
                                           group_by, groups, n_bootstrap)
+    if nsd_tolerance is not None and (not np.isfinite(nsd_tolerance) or nsd_tolerance < 0):
+        raise UserError(f"--nsd-tolerance {nsd_tolerance:g}: give a distance in mm, 0 or more")
     if output is not None:
         reports.check_report_folder(output)
     spec = resolve_regions(regions, reference, strict, echo)
@@ -120,7 +147,8 @@ def check_inputs(reference: str, method_names: Sequence[str], output: str | None
         if echo is not None:
             _warn_group_report(assignment, groups, echo)
     return _Inputs(metrics, percentiles, spec, ref_files, assignment,
-                   default_num_processes() if num_processes is None else num_processes)
+                   default_num_processes() if num_processes is None else num_processes,
+                   default_nsd_tolerance(spec) if nsd_tolerance is None else float(nsd_tolerance))
 
 
 def evaluate(reference: str | None, predictions: Mapping[str, str], output: str | None, *,
@@ -128,13 +156,16 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
              groups_partial: bool = False, regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
              percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
              num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True, progress: bool = True,
-             folds: Sequence[int] | None = None, echo: Callable[[str], None] | None = None) -> EvaluationResult:
+             folds: Sequence[int] | None = None, nsd_tolerance: float | None = None,
+             echo: Callable[[str], None] | None = None) -> EvaluationResult:
     """Evaluate prediction folders (or nnU-Net summary.json files) against a reference folder.
 
     ``predictions`` maps method names to folders (or summary.json files, Dice/VS only), in the
     order methods are compared (the first is the reference method of ``comparison.csv``).
     ``output`` is the report folder (``None``: compute only); it is checked before any file is
-    read, and a failed run leaves it as it was. Dice and VS are in percent, HD95 in mm. Empty
+    read, and a failed run leaves it as it was. Dice, VS and NSD are in percent (NSD at
+    ``nsd_tolerance`` mm, default by preset: :func:`default_nsd_tolerance`), HD95 in mm, the
+    topology errors (``--metrics topology``: euler, b0, b1, b2) in counts. Empty
     masks: see ``empty`` (``"one"``: both-empty region scores 100; ``"nan"``: left out). Missing
     predictions: see ``missing``. Regions: ``regions`` (default: the labels of the dataset.json
     beside the reference folder, else each foreground label found). With ``strict`` (default) a
@@ -155,7 +186,7 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
     inputs = check_inputs(reference, list(predictions), output, groups=groups, group_by=group_by,
                           case_column=case_column, groups_partial=groups_partial, regions=regions, metrics=metrics, percentiles=percentiles,
                           empty=empty, missing=missing, num_processes=num_processes, n_bootstrap=n_bootstrap,
-                          strict=strict, echo=warn, select_cases=select_cases)
+                          strict=strict, nsd_tolerance=nsd_tolerance, echo=warn, select_cases=select_cases)
     metrics, percentiles, spec = inputs.metrics, inputs.percentiles, inputs.spec
     ref_files, assignment, num_processes = inputs.ref_files, inputs.assignment, inputs.num_processes
     cases = sorted(ref_files)
@@ -164,7 +195,7 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
                else _load_method(name, path, metrics, spec.file_ending) for name, path in predictions.items()]
     case_report = _check_missing(methods, ref_files, missing, warn)
 
-    results = _read_cases(ref_files, methods, spec, "hd95" in metrics, num_processes, progress)
+    results = _read_cases(ref_files, methods, spec, metrics, inputs.nsd_tolerance, num_processes, progress)
     region_list = _resolve_regions(spec, results, methods)
     _check_labels(spec, results, ref_files, methods)
     _check_regions_present(region_list, results, empty, strict, warn)
@@ -172,11 +203,14 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
     per_case = _score_cases(cases, methods, results, region_list, metrics, empty, missing, assignment)
     group_columns = assignment.column_names if assignment else []
     group_orders = assignment.order if assignment else {}
-    summary = _summarize(per_case, methods, region_list, metrics, percentiles, group_columns, group_orders)
+    summary = _summarize(per_case, methods, region_list, metrics, percentiles, group_columns, group_orders,
+                         n_bootstrap)
     comparison = (_compare(per_case, methods, region_list, metrics, percentiles, group_columns, group_orders,
                            n_bootstrap) if len(methods) > 1 else None)
+    disparity = (disparity_table(per_case, [m.name for m in methods], [r.name for r in region_list], metrics,
+                                 group_columns, group_orders, n_bootstrap) if group_columns else None)
     policy_columns = {"empty_policy": empty, "missing_policy": missing}
-    for table in (per_case, summary, comparison):
+    for table in (per_case, summary, comparison, disparity):
         if table is not None:
             for column, value in policy_columns.items():
                 table[column] = value
@@ -184,12 +218,12 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
         per_case["note"] = per_case.pop("note")  # last column, after the policies
 
     settings = _settings(reference, methods, spec, region_list, metrics, percentiles, empty, missing, groups,
-                         case_column, group_by, n_bootstrap, num_processes)
+                         case_column, group_by, n_bootstrap, num_processes, inputs.nsd_tolerance)
     if assignment is not None:
         case_report["groups"] = assignment.report()
     result = EvaluationResult(per_case=per_case, summary=summary, comparison=comparison, settings=settings,
                               cases=case_report, regions=region_list, group_columns=group_columns,
-                              output_folder=output)
+                              output_folder=output, disparity=disparity)
     if output is not None:
         reports.write_report(output, result)
     return result
@@ -228,10 +262,12 @@ def _check_options(predictions, metrics, percentiles, empty, missing, num_proces
     for name in predictions:
         if not name or not name.strip():
             raise UserError("empty method name in -pred (use NAME=DIR)")
-    metrics = list(dict.fromkeys(m.lower() for m in metrics))
+    expanded = [name for m in metrics for name in METRIC_ALIASES.get(m.lower(), (m.lower(),))]
+    metrics = list(dict.fromkeys(expanded))
     unknown = [m for m in metrics if m not in METRICS]
     if unknown or not metrics:
-        raise UserError(f"unknown metric {unknown[0] if unknown else ''!r} (choose from {', '.join(METRICS)})")
+        raise UserError(f"unknown metric {unknown[0] if unknown else ''!r} (choose from "
+                        f"{', '.join(METRICS + tuple(METRIC_ALIASES))})")
     percentiles = [float(q) for q in percentiles]
     for q in percentiles:
         if not np.isfinite(q) or not 0 <= q <= 100:
@@ -254,9 +290,11 @@ def _load_method(name: str, path: str, metrics: Sequence[str], file_ending: str 
     if os.path.isfile(path):
         if not path.lower().endswith(".json"):
             raise UserError(f"-pred {name}={path}: expected a folder or an nnU-Net summary.json")
-        if "hd95" in metrics:
-            raise UserError(f"-pred {name}={path}: an nnU-Net summary.json has no HD95 (drop hd95 from --metrics "
-                            f"or give the prediction folder)")
+        needs_masks = [m for m in metrics if m in MASK_METRICS]
+        if needs_masks:
+            shown = needs_masks[0].upper() if needs_masks[0] in ("hd95", "nsd") else f"{needs_masks[0]} error"
+            raise UserError(f"-pred {name}={path}: an nnU-Net summary.json has no {shown} (it needs the masks: drop "
+                            f"{needs_masks[0]} from --metrics or give the prediction folder)")
         return _Method(name, path, "summary", summary=load_nnunet_summary(path))
     return _Method(name, path, "folder", files=list_segmentations(path, f"prediction folder of {name}", file_ending))
 
@@ -312,7 +350,7 @@ def _short_list(items: Sequence[str], limit: int = 8) -> str:
     return ", ".join(items[:limit]) + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
 
 
-def _read_cases(ref_files, methods, spec: RegionSpec, compute_hd95: bool, num_processes: int,
+def _read_cases(ref_files, methods, spec: RegionSpec, metrics, nsd_tolerance: float, num_processes: int,
                 progress: bool) -> dict[str, CaseResult]:
     folder_methods = [m for m in methods if m.kind == "folder"]
     if not folder_methods:
@@ -320,7 +358,9 @@ def _read_cases(ref_files, methods, spec: RegionSpec, compute_hd95: bool, num_pr
     hd95_regions = None if spec.regions is None else tuple(r.labels for r in spec.regions)
     tasks = [CaseTask(case=case, reference=path,
                       predictions=tuple((m.name, m.files[case]) for m in folder_methods if case in m.files),
-                      ignore_label=spec.ignore_label, compute_hd95=compute_hd95, hd95_regions=hd95_regions)
+                      ignore_label=spec.ignore_label, compute_hd95="hd95" in metrics, hd95_regions=hd95_regions,
+                      compute_nsd="nsd" in metrics, nsd_tolerance_mm=nsd_tolerance,
+                      compute_topology=any(m in TOPOLOGY_METRICS for m in metrics))
              for case, path in sorted(ref_files.items())]
     from tqdm import tqdm
 
@@ -434,8 +474,18 @@ def _case_scores(m: _Method, case: str, present: bool, region: Region, metrics, 
     geometry = results[case].geometry if case in results else None
     if not present:  # --missing worst
         note = "prediction missing: scored worst (--missing worst)"
+        errors = None
+        if any(metric in TOPOLOGY_METRICS for metric in metrics):
+            # scored as an empty prediction: a topology error has no worst value of its own
+            reference = results[case].reference_topology.get(region.labels, (0, 0, 0, 0))
+            errors = topology_errors(reference, (0, 0, 0, 0))
         for metric in metrics:
-            yield metric, (geometry.diagonal_mm if metric == "hd95" else 0.0), note
+            if metric == "hd95":
+                yield metric, geometry.diagonal_mm, note
+            elif metric in TOPOLOGY_METRICS:
+                yield metric, errors[metric], note + ": topology as an empty prediction"
+            else:
+                yield metric, 0.0, note
         return
     if m.kind == "summary":
         yield from _summary_scores(m, case, region, metrics, empty)
@@ -449,6 +499,19 @@ def _case_scores(m: _Method, case: str, present: bool, region: Region, metrics, 
             value = dice_percent(n_ref, n_pred, tp, empty)
         elif metric == "vs":
             value = volume_similarity_percent(n_ref, n_pred, empty)
+        elif metric == "nsd":
+            if both_empty:
+                value = 100.0 if empty == "one" else float("nan")
+            elif n_ref == 0 or n_pred == 0:
+                value, note = 0.0, "one side empty: NSD 0"
+            else:
+                value = r.nsd[region.labels]
+        elif metric in TOPOLOGY_METRICS:
+            if both_empty:
+                value = 0.0 if empty == "one" else float("nan")
+            else:
+                reference = results[case].reference_topology[region.labels]
+                value = topology_errors(reference, r.topology[region.labels])[metric]
         else:
             value = hd95_empty_value(n_ref, n_pred, geometry, empty)
             if value is None:
@@ -489,21 +552,47 @@ def _groupings(group_columns, group_orders):
             yield column, group, column
 
 
-def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, group_orders) -> pd.DataFrame:
+def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, group_orders,
+               n_bootstrap: int = 0) -> pd.DataFrame:
+    """Statistics per method, group, region and metric (tails by the metric's direction).
+
+    ``same_cases``: whether every method was scored on the same cases in that group and region
+    (not so under ``--missing skip`` with a missing prediction, or ``--empty nan`` where only some
+    methods left a region empty): only then does a report mark a winner.
+    """
     rows = []
+    scored: dict[tuple, set] = {}  # (metric, group_column, group, region) -> the case sets of the methods
     indexed = {key: frame for key, frame in per_case.groupby(["metric", "method", "region"], sort=False)}
     for metric in metrics:
+        higher = METRIC_INFO[metric].higher_is_better
         for group_column, group, column in _groupings(group_columns, group_orders):
             for m in methods:
                 for region in regions:
                     frame = indexed.get((metric, m.name, region.name))
                     if frame is not None and column is not None:
                         frame = frame[frame[column] == group]
-                    values = frame["value"].to_numpy(float) if frame is not None else np.array([])
-                    rows.append({"method": m.name, "group_column": group_column, "group": group,
-                                 "region": region.name, "metric": metric, **summarize(values, percentiles)})
+                    if frame is None:
+                        values, cases = np.array([]), frozenset()
+                    else:
+                        values = frame["value"].to_numpy(float)
+                        cases = frozenset(frame["case"].to_numpy()[~np.isnan(values)])
+                    key = (metric, group_column, group, region.name)
+                    scored.setdefault(key, set()).add(cases)
+                    row = {"method": m.name, "group_column": group_column, "group": group,
+                           "region": region.name, "metric": metric,
+                           "direction": "higher is better" if higher else "lower is better",
+                           **summarize(values, percentiles, higher)}
+                    if n_bootstrap > 0:
+                        for name, (low, high) in bootstrap_summary_intervals(values, higher, n_bootstrap).items():
+                            row[f"{name}_ci_low"], row[f"{name}_ci_high"] = low, high
+                    rows.append(row)
+    for row in rows:
+        row["same_cases"] = len(scored[(row["metric"], row["group_column"], row["group"], row["region"])]) == 1
     columns = ["method", "group_column", "group", "region", "metric", "n", "mean", "std", "median", "iqr"] + \
-        [percentile_column(q) for q in percentiles]
+        [percentile_column(q) for q in percentiles] + [CVAR_COLUMN]
+    if n_bootstrap > 0:
+        columns += ["mean_ci_low", "mean_ci_high", f"{CVAR_COLUMN}_ci_low", f"{CVAR_COLUMN}_ci_high"]
+    columns += ["direction", "same_cases"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -516,6 +605,7 @@ def _compare(per_case, methods, regions, metrics, percentiles, group_columns, gr
     base = methods[0].name
     rows = []
     for metric in metrics:
+        higher = METRIC_INFO[metric].higher_is_better
         family_start = len(rows)
         for group_column, group, column in _groupings(group_columns, group_orders):
             frame = per_case[per_case["metric"] == metric]
@@ -539,14 +629,21 @@ def _compare(per_case, methods, regions, metrics, percentiles, group_columns, gr
                     if n_bootstrap > 0:
                         row["mean_difference_ci_low"], row["mean_difference_ci_high"] = \
                             bootstrap_mean_difference(a, b, n_bootstrap)
-                    for q in percentiles:
+                    for q in percentiles:  # the worst q % of each method, by the metric's direction
+                        t = tail_quantile(q, higher)
                         row[f"{percentile_column(q)}_difference"] = (
-                            float(np.percentile(a[keep], q) - np.percentile(b[keep], q)) if keep.any() else np.nan)
+                            float(np.percentile(a[keep], t) - np.percentile(b[keep], t)) if keep.any() else np.nan)
                     if n_bootstrap > 0:
-                        intervals = bootstrap_percentile_difference(a, b, percentiles, n_bootstrap)
+                        intervals = bootstrap_percentile_difference(a, b, percentiles, n_bootstrap,
+                                                                    higher_is_better=higher)
                         for q, (low, high) in intervals.items():
                             row[f"{percentile_column(q)}_difference_ci_low"] = low
                             row[f"{percentile_column(q)}_difference_ci_high"] = high
+                    row[f"{CVAR_COLUMN}_difference"] = (cvar(a[keep], higher) - cvar(b[keep], higher)
+                                                        if keep.any() else np.nan)
+                    if n_bootstrap > 0:
+                        row[f"{CVAR_COLUMN}_difference_ci_low"], row[f"{CVAR_COLUMN}_difference_ci_high"] = \
+                            bootstrap_cvar_difference(a, b, higher, n_bootstrap)
                     rows.append(row)
         adjusted = holm([r["wilcoxon_p"] for r in rows[family_start:]])
         for r, p in zip(rows[family_start:], adjusted):
@@ -555,7 +652,7 @@ def _compare(per_case, methods, regions, metrics, percentiles, group_columns, gr
 
 
 def _settings(reference, methods, spec, regions, metrics, percentiles, empty, missing, groups, case_column,
-              group_by, n_bootstrap, num_processes) -> dict:
+              group_by, n_bootstrap, num_processes, nsd_tolerance) -> dict:
     import importlib.metadata as md
 
     def version(package):
@@ -575,7 +672,12 @@ def _settings(reference, methods, spec, regions, metrics, percentiles, empty, mi
         "regions": {r.name: list(r.labels) for r in regions},
         "region_spec": spec.as_json(),
         "metrics": list(metrics),
-        "units": {"dice": "percent (0-100)", "vs": "percent (0-100)", "hd95": "mm"},
+        "units": {m: METRIC_INFO[m].unit for m in metrics},
+        "directions": {m: "higher is better" if METRIC_INFO[m].higher_is_better else "lower is better"
+                       for m in metrics},
+        "nsd_tolerance_mm": nsd_tolerance if "nsd" in metrics else None,
+        "nsd": NSD_TEXT,
+        "topology": TOPOLOGY_TEXT,
         "percentiles": list(percentiles),
         "empty_policy": empty,
         "empty_policy_text": EMPTY_POLICY_TEXT[empty],
@@ -583,14 +685,25 @@ def _settings(reference, methods, spec, regions, metrics, percentiles, empty, mi
         "missing_policy_text": MISSING_POLICY_TEXT[missing],
         "hd95": HD95_TEXT,
         "statistics": {"percentiles": "numpy.percentile, linear interpolation (numpy default)",
+                       "tails": TAIL_TEXT,
+                       "bold": "best mean, median, pXX and cvar10 per group and region by the metric's direction, "
+                               "only where every method was scored on the same cases (same_cases); never n, std "
+                               "or iqr",
+                       "disparity": "per group column and region: best and worst group mean, gap = how much better "
+                                    "the best group is (max - min of the group means), ratio = min / max, "
+                                    "equity_scaled = 100 * o / (1 + sum |m_g - o|) on the 0-1 scale (Dice, NSD, VS); "
+                                    "gap_change = gap(method) - gap(first method) on the cases both scored; "
+                                    "intervals: percentile bootstrap resampling cases within each group",
                        "iqr": "p75 - p25", "std": "sample standard deviation (ddof=1)",
                        "nan": "NaN scores (--empty nan) are left out; n counts the values used",
                        "comparison": "mean paired difference (method - reference_method) on cases scored by "
                                      "both; two-sided Wilcoxon signed-rank test (scipy); Holm adjustment over "
                                      "all comparisons of the same metric; with 5 pairs or fewer the exact test "
                                      "cannot reach p < 0.05 (wilcoxon_note)",
-                       "bootstrap": "percentile bootstrap over cases (pairs kept together), 95% intervals of "
-                                    "the mean and percentile differences, seed 0"},
+                       "bootstrap": "case-resampling percentile bootstrap (pairs kept together), 95% intervals of "
+                                    "the mean, cvar10 and their paired differences, the percentile differences and "
+                                    "the disparity statistics (within groups), seed 0; it does not measure "
+                                    "run-to-run variance"},
         "group_table": os.path.abspath(groups) if groups else None,
         "case_column": case_column,
         "group_by": list(group_by) if group_by else None,

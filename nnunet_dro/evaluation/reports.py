@@ -7,11 +7,17 @@ Files in the report folder:
 - ``summary.csv`` / ``summary.json``: the statistics (``summary.json`` adds settings and case
   bookkeeping);
 - ``table.md`` / ``table.tex``: paper-style tables (group, method, region rows; statistics
-  columns), best value per group and region in bold when several methods are compared;
-  ``table.md`` (and the terminal) add, with two or more methods, the paired comparison with the
-  first method: differences of the mean and of p10 (with bootstrap intervals), pairs, p-values;
+  columns), the best mean, median, tail value and CVaR10 per group and region in bold when
+  several methods are compared on the same cases (by the metric's direction; never n, std or
+  IQR); ``table.md`` (and the terminal) add, with two or more methods, the paired comparison with
+  the first method: differences of the mean, of p10 and of CVaR10 (with bootstrap intervals),
+  pairs, p-values; and with a group table the disparity between groups;
 - ``boxplots_<metric>.png``: one panel per region, boxes per group and method;
-- ``comparison.csv`` (two or more methods): paired differences, Wilcoxon and Holm p-values.
+- ``disparity_<metric>.png`` (with a group table): per group column and region, each method's
+  group means and CVaR10 (with bootstrap intervals), the gap between the best and worst group drawn;
+- ``comparison.csv`` (two or more methods): paired differences, Wilcoxon and Holm p-values;
+- ``disparity.csv`` (with a group table): best and worst group, gap, ratio, equity-scaled score
+  and the change of the gap against the first method (:mod:`~nnunet_dro.evaluation.disparity`).
 """
 from __future__ import annotations
 
@@ -28,18 +34,22 @@ import pandas as pd
 from nnunet_dro.atomic import atomic_path, can_replace_folder, check_output_folder, replaced_folder
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.groups import ALL
+from nnunet_dro.evaluation.metrics import METRIC_INFO
 from nnunet_dro.evaluation.result import EvaluationResult
-from nnunet_dro.evaluation.stats import percentile_column
+from nnunet_dro.evaluation.stats import CVAR_COLUMN, percentile_column
 
-METRIC_TITLES = {"dice": "Dice (%)", "vs": "Volume similarity (%)", "hd95": "HD95 (mm)"}
-LOWER_IS_BETTER_METRICS = {"hd95"}
-SPREAD_COLUMNS = {"std", "iqr"}  # lower is better whatever the metric
-OUR_FILES = ("per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv")
+METRIC_TITLES = {name: info.title for name, info in METRIC_INFO.items()}
+#: Columns that can crown a winner: location and tail statistics. Never n, nor std / IQR (a spread
+#: of zero is no achievement: an all-zero region would "win").
+RANKED_COLUMNS = {"mean", "median", CVAR_COLUMN}
+OUR_FILES = ("per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv",
+             "disparity.csv")
+FIGURE_PREFIXES = ("boxplots_", "disparity_")
 
 
 def is_report_file(name: str) -> bool:
     """Whether a report of this module writes (or, from an earlier run, may have written) ``name``."""
-    return name in OUR_FILES or (name.startswith("boxplots_") and name.endswith(".png"))
+    return name in OUR_FILES or (name.startswith(FIGURE_PREFIXES) and name.endswith(".png"))
 
 
 def check_report_folder(output: str | os.PathLike, option: str = "-o") -> Path:
@@ -92,7 +102,7 @@ def _write_in_place(output: Path, result: EvaluationResult) -> None:
     try:
         _write_all(tmp, result)
         produced = {p.name for p in tmp.iterdir()}
-        for old in list(output.glob("boxplots_*.png")) + [output / name for name in OUR_FILES]:
+        for old in [f for f in output.glob("*.png") if is_report_file(f.name)] + [output / name for name in OUR_FILES]:
             if old.is_file() and old.name not in produced:
                 old.unlink()
         for name in sorted(produced):
@@ -109,11 +119,15 @@ def _write_all(folder: Path, result: EvaluationResult) -> None:
     result.summary.to_csv(folder / "summary.csv", index=False)
     if result.comparison is not None:
         result.comparison.to_csv(folder / "comparison.csv", index=False)
+    if result.disparity is not None:
+        result.disparity.to_csv(folder / "disparity.csv", index=False)
     (folder / "summary.json").write_text(summary_json(result), encoding="utf-8")
     (folder / "table.md").write_text(markdown_tables(result), encoding="utf-8")
     (folder / "table.tex").write_text(latex_tables(result), encoding="utf-8")
     for metric in result.settings["metrics"]:
         write_boxplots(folder / f"boxplots_{metric}.png", result, metric)
+        if result.disparity is not None:
+            write_disparity_figure(folder / f"disparity_{metric}.png", result, metric)
 
 
 def _records(frame: pd.DataFrame | None) -> list[dict] | None:
@@ -126,7 +140,7 @@ def _records(frame: pd.DataFrame | None) -> list[dict] | None:
 
 def summary_json(result: EvaluationResult) -> str:
     content = {"settings": result.settings, "cases": result.cases, "summary": _records(result.summary),
-               "comparison": _records(result.comparison)}
+               "comparison": _records(result.comparison), "disparity": _records(result.disparity)}
     return json.dumps(content, indent=2, allow_nan=False, default=_json_default) + "\n"
 
 
@@ -149,7 +163,12 @@ def cross_validation_lines(result: EvaluationResult) -> list[str]:
 
 
 def _stat_columns(result: EvaluationResult) -> list[str]:
-    return ["n", "mean", "std", "median", "iqr"] + [percentile_column(q) for q in result.settings["percentiles"]]
+    return (["n", "mean", "std", "median", "iqr"] + [percentile_column(q) for q in result.settings["percentiles"]]
+            + [CVAR_COLUMN])
+
+
+def _ranked(column: str) -> bool:
+    return column in RANKED_COLUMNS or (column.startswith("p") and column[1:].replace(".", "", 1).isdigit())
 
 
 def _format(value, metric: str, column: str) -> str:
@@ -157,7 +176,7 @@ def _format(value, metric: str, column: str) -> str:
         return str(int(value))
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
-    return f"{value:.2f}" if metric == "hd95" else f"{value:.1f}"
+    return f"{value:.{_decimals(metric)}f}"
 
 
 def _table_blocks(result: EvaluationResult):
@@ -170,12 +189,16 @@ def _table_blocks(result: EvaluationResult):
             texts = {idx: {c: _format(row[c], metric, c) for c in columns} for idx, row in block.iterrows()}
             bold = {idx: set() for idx in block.index}
             if several_methods:
+                lower = not METRIC_INFO[metric].higher_is_better
                 for _, comparison in block.groupby(["group", "region"], sort=False):
-                    for c in columns[1:]:
-                        shown = {idx: texts[idx][c] for idx in comparison.index if texts[idx][c] != "n/a"}
-                        if len(shown) < 2:
+                    if "same_cases" in comparison and not comparison["same_cases"].all():
+                        continue  # methods scored on different cases (--missing skip, --empty nan): no winner
+                    for c in columns:
+                        if not _ranked(c):
                             continue
-                        lower = c in SPREAD_COLUMNS or metric in LOWER_IS_BETTER_METRICS
+                        shown = {idx: texts[idx][c] for idx in comparison.index if texts[idx][c] != "n/a"}
+                        if len(shown) < 2 or len(shown) < len(comparison):
+                            continue
                         numbers = {idx: float(t) for idx, t in shown.items()}
                         best = min(numbers.values()) if lower else max(numbers.values())
                         bold_here = [idx for idx, v in numbers.items() if v == best]
@@ -203,7 +226,7 @@ def comparison_percentile(percentiles) -> float | None:
 
 
 def _decimals(metric: str) -> int:
-    return 2 if metric == "hd95" else 1
+    return METRIC_INFO[metric].decimals
 
 
 def _signed(value, metric: str) -> str:
@@ -241,15 +264,17 @@ def comparison_markdown(result: EvaluationResult, metrics: list[str] | None = No
     columns = [("mean_difference", "Δ mean")]
     if q is not None:
         columns.append((f"{percentile_column(q)}_difference", f"Δ {percentile_column(q)}"))
+    columns.append((f"{CVAR_COLUMN}_difference", f"Δ {CVAR_COLUMN}"))
     base = comparison["reference_method"].iloc[0]
-    intervals = "; [95 % bootstrap interval]" if result.settings.get("n_bootstrap") else ""
+    intervals = "; [95 % case-resampling bootstrap interval]" if result.settings.get("n_bootstrap") else ""
     lines = []
     for metric in result.settings["metrics"]:
         if metrics is not None and metric not in metrics:
             continue
         for group_column, block in comparison[comparison["metric"] == metric].groupby("group_column", sort=False):
             lines += [f"## {_title(metric, group_column)}: paired difference to {base}", "",
-                      f"Method minus {base} on the cases both scored{intervals}; "
+                      f"Method minus {base} on the cases both scored ({_direction_text(metric)}; "
+                      f"pXX and {CVAR_COLUMN} of the worst cases by that direction){intervals}; "
                       f"Wilcoxon signed-rank p (two-sided), Holm-adjusted over all comparisons of the metric.", "",
                       "| group | method | region | pairs | " + " | ".join(t for _, t in columns)
                       + " | Wilcoxon p | Holm p |",
@@ -271,8 +296,7 @@ def markdown_tables(result: EvaluationResult, metrics: list[str] | None = None) 
     the paired comparison with the first method (:func:`comparison_markdown`)."""
     columns = _stat_columns(result)
     lines = ["# Robustness evaluation (nnunet_dro evaluate)", "",
-             policy_line(result) + " Percentiles: numpy linear interpolation; iqr = p75 - p25; "
-                                   "best value per group and region in bold.", ""]
+             policy_line(result) + " " + TAIL_LINE + " " + BOLD_LINE, ""]
     cross_validation = cross_validation_lines(result)
     if cross_validation:
         lines += cross_validation + [""]
@@ -287,13 +311,118 @@ def markdown_tables(result: EvaluationResult, metrics: list[str] | None = None) 
             lines.append(f"| {group} | {method} | {region} | " + " | ".join(shown) + " |")
         lines.append("")
     lines += comparison_markdown(result, metrics)
+    lines += disparity_markdown(result, metrics)
     return "\n".join(lines)
 
 
+TAIL_LINE = (f"pXX: the value of the worst XX % of cases by the metric's direction (the XXth percentile where "
+             f"higher is better, the (100 - XX)th where lower is better; numpy linear interpolation); "
+             f"{CVAR_COLUMN}: the mean of the worst ceil(n / 10) cases; iqr = p75 - p25.")
+BOLD_LINE = (f"Bold: the best mean, median, pXX and {CVAR_COLUMN} per group and region by the metric's direction, "
+             f"only where every method was scored on the same cases; n, std and iqr are never bold.")
+
+
+def _direction_text(metric: str) -> str:
+    return f"{metric}: {'higher' if METRIC_INFO[metric].higher_is_better else 'lower'} is better"
+
+
+def _interval_text(row, column: str, metric: str, signed: bool = False) -> str:
+    value = row.get(column)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    show = (lambda v: _signed(v, metric)) if signed else (lambda v: f"{v:.{_decimals(metric)}f}")
+    text = show(value)
+    low, high = row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
+    if low is not None and not (isinstance(low, float) and math.isnan(low)):
+        text += f" [{show(low)}, {show(high)}]"
+    return text
+
+
+def disparity_markdown(result: EvaluationResult, metrics: list[str] | None = None) -> list[str]:
+    """Markdown lines of the disparity between groups: one table per metric (group column, region,
+    method rows): best and worst group, gap, ratio, equity-scaled score, change of the gap."""
+    table = result.disparity
+    if table is None or table.empty:
+        return []
+    several = table["method"].nunique() > 1
+    intervals = " [95 % case-resampling bootstrap interval, cases resampled within groups]" \
+        if result.settings.get("n_bootstrap") else ""
+    lines = []
+    for metric in result.settings["metrics"]:
+        if metrics is not None and metric not in metrics:
+            continue
+        block = table[table["metric"] == metric]
+        if block.empty:
+            continue
+        base = block["method"].iloc[0]
+        header = "| group column | region | method | best group | worst group | gap | ratio | equity-scaled |"
+        rule = "|---|---|---|---|---|---:|---:|---:|"
+        if several:
+            header += f" Δ gap vs {base} |"
+            rule += "---:|"
+        lines += [f"## {METRIC_TITLES[metric]}: gap between groups", "",
+                  f"Group means; gap = how much better the best group does than the worst ({_direction_text(metric)}),"
+                  f" ratio = smallest / largest group mean, equity-scaled = overall / (1 + sum of |group - overall|) "
+                  f"on the 0-1 scale, in %{intervals}." + (f" Δ gap: method minus {base} on the cases both scored "
+                                                          f"(negative: the gap shrank)." if several else ""), "",
+                  header, rule]
+        for _, row in block.iterrows():
+            best = (f"{row['best_group']} ({row['best_mean']:.{_decimals(metric)}f})" if row["best_group"] else "n/a")
+            worst = (f"{row['worst_group']} ({row['worst_mean']:.{_decimals(metric)}f})"
+                     if row["worst_group"] else "n/a")
+            cells = [row["group_column"], row["region"], row["method"], best, worst,
+                     _interval_text(row, "gap", metric), _interval_text(row, "ratio", "hd95"),
+                     _interval_text(row, "equity_scaled", metric)]
+            if several:
+                cells.append("–" if row["method"] == base else _interval_text(row, "gap_change", metric, signed=True))
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        lines.append("")
+    return lines
+
+
+def gap_lines(result: EvaluationResult, metric: str) -> list[str]:
+    """One line per group column: which method shrank the gap between the best and the worst group
+    (per region), by how much, with its interval when ``--bootstrap`` was given."""
+    table = result.disparity
+    if table is None or table.empty or table["method"].nunique() < 2:
+        return []
+    block = table[table["metric"] == metric]
+    base = block["method"].iloc[0]
+    out = []
+    for column, rows in block.groupby("group_column", sort=False):
+        parts = []
+        for region, by_region in rows.groupby("region", sort=False):
+            base_gap = by_region.loc[by_region["method"] == base, "gap"].iloc[0]
+            others = by_region[by_region["method"] != base]
+            changes = others.dropna(subset=["gap_change"])
+            if changes.empty:
+                parts.append(f"{region}: no gap (fewer than two groups with scores)")
+                continue
+            best = changes.loc[changes["gap_change"].idxmin()]
+            change = _interval_text(best, "gap_change", metric, signed=True)
+            if best["gap_change"] < 0:
+                parts.append(f"{region}: {best['method']} shrank it by {-best['gap_change']:.{_decimals(metric)}f} "
+                             f"(Δ gap {change}; {base} gap {base_gap:.{_decimals(metric)}f})")
+            else:
+                parts.append(f"{region}: no method shrank it (smallest change {best['method']} {change}; {base} "
+                             f"gap {base_gap:.{_decimals(metric)}f})")
+        out.append(f"Gap by {column} ({METRIC_TITLES[metric]}, best - worst group mean, change vs {base}): "
+                   + "; ".join(parts) + ".")
+    return out
+
+
 def terminal_table(result: EvaluationResult) -> str:
-    """The main table for the terminal: the first metric, every grouping, and its paired
-    comparison with the first method."""
-    return markdown_tables(result, metrics=[result.settings["metrics"][0]]).rstrip() + "\n"
+    """The main table for the terminal: the first metric, every grouping, its paired comparison
+    with the first method, one line per group column on the gap between groups, and where the
+    other metrics are."""
+    metrics = result.settings["metrics"]
+    text = markdown_tables(result, metrics=[metrics[0]]).rstrip() + "\n"
+    extra = gap_lines(result, metrics[0])
+    if len(metrics) > 1:
+        where = os.path.join(result.output_folder, "table.md") if result.output_folder else "table.md"
+        extra.append(f"Shown: {metrics[0]} only; {', '.join(metrics[1:])} {'is' if len(metrics) == 2 else 'are'} "
+                     f"in {where}.")
+    return text + ("\n" + "\n".join(extra) + "\n" if extra else "")
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -328,7 +457,37 @@ def latex_tables(result: EvaluationResult) -> str:
             shown = [f"\\textbf{{{t}}}" if b else t for t, b in (cells[c] for c in columns)]
             out.append(" & ".join([latex_escape(group), latex_escape(method), latex_escape(region)] + shown) + " \\\\")
         out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    out += _latex_disparity(result)
     return "\n".join(out)
+
+
+def _latex_disparity(result: EvaluationResult) -> list[str]:
+    table = result.disparity
+    if table is None or table.empty:
+        return []
+    several = table["method"].nunique() > 1
+    out = []
+    for metric in result.settings["metrics"]:
+        block = table[table["metric"] == metric]
+        base = block["method"].iloc[0]
+        heads = ["Group column", "Region", "Method", "Best group", "Worst group", "Gap", "Ratio", "Equity-scaled"]
+        if several:
+            heads.append(f"Δ gap vs {base}")
+        out += ["\\begin{table}[ht]", "\\centering",
+                f"\\caption{{{latex_escape(METRIC_TITLES[metric])}: gap between the best and the worst group "
+                f"mean ({latex_escape(_direction_text(metric))}); intervals: case-resampling bootstrap within "
+                f"groups.}}",
+                "\\begin{tabular}{lllll" + "r" * (len(heads) - 5) + "}", "\\toprule",
+                " & ".join(latex_escape(h) for h in heads) + " \\\\", "\\midrule"]
+        for _, row in block.iterrows():
+            cells = [row["group_column"], row["region"], row["method"], row["best_group"] or "n/a",
+                     row["worst_group"] or "n/a", _interval_text(row, "gap", metric),
+                     _interval_text(row, "ratio", "hd95"), _interval_text(row, "equity_scaled", metric)]
+            if several:
+                cells.append("--" if row["method"] == base else _interval_text(row, "gap_change", metric, signed=True))
+            out.append(" & ".join(latex_escape(c) for c in cells) + " \\\\")
+        out += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    return out
 
 
 def write_boxplots(path: Path, result: EvaluationResult, metric: str) -> None:
@@ -386,4 +545,62 @@ def write_boxplots(path: Path, result: EvaluationResult, metric: str) -> None:
                       loc="upper left", bbox_to_anchor=(0.005, 1.0), fontsize=7, ncols=len(methods), frameon=False)
     figure.suptitle(f"{METRIC_TITLES[metric]} per case (--empty {result.settings['empty_policy']}, "
                     f"--missing {result.settings['missing_policy']})", fontsize=9)
+    figure.savefig(path, dpi=100)
+
+
+def write_disparity_figure(path: Path, result: EvaluationResult, metric: str) -> None:
+    """Per group column and region (one panel each): each method's group means (filled) and
+    CVaR10 (open), with their case-resampling bootstrap intervals when ``--bootstrap`` was given,
+    and the gap between its best and worst group mean drawn as a bracket at the right."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    summary = result.summary[(result.summary["metric"] == metric) & (result.summary["group_column"] != ALL)]
+    disparity = result.disparity[result.disparity["metric"] == metric]
+    methods = list(result.settings["predictions"])
+    panels = [(c, r.name) for c in result.group_columns for r in result.regions]
+    ncols = min(len(panels), 3)
+    rows = math.ceil(len(panels) / ncols)
+    figure = Figure(figsize=(4.6 * ncols, 3.9 * rows))
+    figure.subplots_adjust(left=0.08, right=0.97, top=1 - 0.75 / (3.9 * rows), bottom=0.9 / (3.9 * rows),
+                           wspace=0.3, hspace=0.65)
+    FigureCanvasAgg(figure)
+    step = 0.8 / max(len(methods), 1)
+    for k, (column, region) in enumerate(panels):
+        axis = figure.add_subplot(rows, ncols, k + 1)
+        data = summary[(summary["group_column"] == column) & (summary["region"] == region)]
+        groups = list(dict.fromkeys(data["group"]))
+        for i, method in enumerate(methods):
+            rows_m = data[data["method"] == method].set_index("group").reindex(groups)
+            x = np.arange(len(groups)) - 0.4 + step * (i + 0.5)
+            for statistic, marker, fill, shift in (("mean", "o", f"C{i}", 0.0), (CVAR_COLUMN, "v", "none", step / 3)):
+                y = rows_m[statistic].to_numpy(float)
+                if f"{statistic}_ci_low" in rows_m:
+                    low, high = rows_m[f"{statistic}_ci_low"].to_numpy(float), rows_m[f"{statistic}_ci_high"]
+                    error = np.vstack([y - low, high.to_numpy(float) - y])
+                else:
+                    error = None
+                axis.errorbar(x + shift, y, yerr=error, fmt=marker, color=f"C{i}", markerfacecolor=fill, capsize=2,
+                              markersize=5, linewidth=1, label=f"{method} {statistic}" if k == 0 else None)
+            gap = disparity[(disparity["group_column"] == column) & (disparity["region"] == region)
+                            & (disparity["method"] == method)]
+            if not gap.empty and not math.isnan(gap["gap"].iloc[0]):
+                g = gap.iloc[0]
+                bracket_x = len(groups) - 0.35 + 0.12 * i
+                axis.plot([bracket_x] * 2, [g["worst_mean"], g["best_mean"]], color=f"C{i}", linewidth=2)
+                axis.annotate(f"gap {g['gap']:.{_decimals(metric)}f}", (bracket_x, (g["worst_mean"] + g["best_mean"]) / 2),
+                              xytext=(3, 0), textcoords="offset points", fontsize=7, color=f"C{i}",
+                              rotation=90, va="center")
+        axis.set_xticks(range(len(groups)))
+        axis.set_xticklabels(groups, rotation=30, ha="right", fontsize=8)
+        axis.set_xlim(-0.6, len(groups) + 0.2 + 0.12 * len(methods))
+        axis.set_title(f"{region}, by {column}", fontsize=9)
+        axis.set_ylabel(METRIC_TITLES[metric], fontsize=8)
+        axis.grid(axis="y", alpha=0.3)
+    intervals = "95 % case-resampling bootstrap intervals" if result.settings.get("n_bootstrap") else \
+        "no intervals (--bootstrap N)"
+    figure.legend(loc="upper left", bbox_to_anchor=(0.005, 1.0), fontsize=7, ncols=min(2 * len(methods), 6),
+                  frameon=False)
+    figure.suptitle(f"{METRIC_TITLES[metric]}: group mean (filled) and {CVAR_COLUMN} (open), {intervals}; "
+                    f"bar: gap best - worst group", fontsize=8, x=0.99, ha="right")
     figure.savefig(path, dpi=100)

@@ -21,3 +21,4 @@ class EvaluationResult:
     regions: list[Region]
     group_columns: list[str] = field(default_factory=list)
     output_folder: str | None = None
+    disparity: pd.DataFrame | None = None  # with a group table: gap between groups (evaluation.disparity)

@@ -182,12 +182,14 @@ def test_report_files_columns_and_policies(cohort, tmp_path):
     assert any("case_999" in n and "no reference" in n for n in notes)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv",
-         "boxplots_dice.png", "boxplots_hd95.png", "boxplots_vs.png"])
+         "boxplots_dice.png", "boxplots_hd95.png", "boxplots_vs.png", "disparity.csv", "disparity_dice.png",
+         "disparity_hd95.png", "disparity_vs.png"])
     per_case = pd.read_csv(out / "per_case.csv")
     assert list(per_case.columns[:7]) == ["method", "case", "region", "metric", "value", "condition", "ga"]
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.columns[:13]) == ["method", "group_column", "group", "region", "metric", "n", "mean", "std",
                                           "median", "iqr", "p25", "p10", "p5"]
+    assert {"cvar10", "cvar10_ci_low", "mean_ci_high", "direction", "same_cases"} <= set(summary.columns)
     assert set(summary["group"]) == {"all", "control", "sb", "[19,25)", "[25,31)", "(not in table)"}
     comparison = pd.read_csv(out / "comparison.csv")
     for column in ["method", "reference_method", "group", "region", "metric", "mean_difference", "wilcoxon_p",

@@ -77,8 +77,8 @@ def test_terminal_and_table_md_show_the_paired_comparison(tmp_path):
     for text in (done.stdout, markdown):
         everyone = _table(text, "## Dice (%), all cases: paired difference to ERM")
         by_condition = _table(text, "## Dice (%), by condition: paired difference to ERM")
-        assert list(everyone.columns) == ["group", "method", "region", "pairs", "Δ mean", "Δ p10", "Wilcoxon p",
-                                          "Holm p"]
+        assert list(everyone.columns) == ["group", "method", "region", "pairs", "Δ mean", "Δ p10", "Δ cvar10",
+                                          "Wilcoxon p", "Holm p"]
         for shown in (everyone, by_condition):
             for _, cell in shown.iterrows():
                 row = comparison.query(f"group == '{cell['group']}' and region == {int(cell['region'])} "
@@ -88,6 +88,7 @@ def test_terminal_and_table_md_show_the_paired_comparison(tmp_path):
                                           f"[{round(row['mean_difference_ci_low'], 1) + 0:+.1f}, "
                                           f"{round(row['mean_difference_ci_high'], 1) + 0:+.1f}]")
                 assert cell["Δ p10"].startswith(f"{round(row['p10_difference'], 1) + 0:+.1f} [")
+                assert cell["Δ cvar10"].startswith(f"{round(row['cvar10_difference'], 1) + 0:+.1f} [")
                 if row["n_pairs"] <= 5:  # sb: 3 cases
                     assert cell["Wilcoxon p"] == f"n = {row['n_pairs']}: too few for p < 0.05"
                     assert cell["Holm p"] == "–" and row["wilcoxon_note"] == cell["Wilcoxon p"]

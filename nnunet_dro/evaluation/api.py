@@ -301,8 +301,13 @@ def _warn_group_report(assignment: GroupAssignment, path: str, warn) -> None:
         warn(f"note: {len(assignment.rows_without_reference)} row(s) of group table {path} have no reference "
              f"file: {_short_list(assignment.rows_without_reference)}")
     for column in assignment.skipped_continuous_columns:
-        warn(f"note: column {column!r} of {path} looks continuous, not grouped by default; bin it with "
-             f"--group-by {column}:EDGES (e.g. {column}:20,25,30)")
+        if column == "split":
+            warn(f"note: column 'split' of {path} (the dataset's train/test split) is not grouped by default; "
+                 f"name it in --group-by to stratify by it")
+        else:
+            warn(f"note: column {column!r} of {path} is numeric, not grouped by default (whatever the number of "
+                 f"cases); bin it with --group-by {column}:EDGES (e.g. {column}:20,25,30), or name it in "
+                 f"--group-by to group by each value")
     for column, without in assignment.cases_without_value.items():
         warn(f"note: {len(without)} case(s) have no value in column {column!r}, counted in 'all' only: "
              f"{_short_list(without)}")

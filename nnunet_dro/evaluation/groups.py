@@ -152,7 +152,7 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
             raise UserError(f"group table {path}: a group column cannot be named {ALL!r} (reserved)")
     known = set(table.index)
     evaluated = set(cases)
-    if not partial:
+    if not partial or not known & evaluated:  # no row at all: '(not in table)' for every case is no report
         check_table_covers_cases(path, case_column, cases, list(table.index))
     labels: dict[str, dict[str, str | None]] = {}
     order: dict[str, list[str]] = {}
@@ -199,7 +199,7 @@ def check_table_covers_cases(path: str, case_column: str, cases: list[str], rows
     >>> check_table_covers_cases("g.tsv", "case", ["case_000", "case_001"], ["sub-000", "sub-001"])
     Traceback (most recent call last):
     ...
-    nnunet_dro.errors.UserError: group table g.tsv: 2 of 2 evaluated cases have no row (e.g. case_000, case_001) and 2 rows match no case (e.g. sub-000, sub-001); check the identifiers in column 'case' (--case-column), or pass --groups-partial to report the cases without a row as the group '(not in table)'
+    nnunet_dro.errors.UserError: group table g.tsv: 2 of 2 evaluated cases have no row (e.g. case_000, case_001) and 2 rows match no case (e.g. sub-000, sub-001); check the identifiers in column 'case' (--case-column)
     """
     without_row = sorted(set(cases) - set(rows), key=_natural_key)
     if not without_row:
@@ -207,11 +207,14 @@ def check_table_covers_cases(path: str, case_column: str, cases: list[str], rows
     unmatched = sorted(set(rows) - set(cases), key=_natural_key)
     rows_text = (f"{len(unmatched)} row{'s' if len(unmatched) != 1 else ''} match{'' if len(unmatched) != 1 else 'es'} "
                  f"no case (e.g. {', '.join(unmatched[:EXAMPLES])})" if unmatched else "every row matches a case")
+    # --groups-partial is offered only when some case has a row: with none, it would report every
+    # case as '(not in table)', a report without subgroups that looks like one
+    partial_hint = (f", or pass --groups-partial to report the cases without a row as the group {NOT_IN_TABLE!r}"
+                    if len(without_row) < len(set(cases)) else "")
     raise UserError(f"group table {path}: {len(without_row)} of {len(cases)} evaluated case"
                     f"{'s' if len(cases) != 1 else ''} {'have' if len(without_row) != 1 else 'has'} no row "
                     f"(e.g. {', '.join(without_row[:EXAMPLES])}) and {rows_text}; check the identifiers in column "
-                    f"{case_column!r} (--case-column), or pass --groups-partial to report the cases without a row "
-                    f"as the group {NOT_IN_TABLE!r}")
+                    f"{case_column!r} (--case-column){partial_hint}")
 
 
 #: the column converters and ``make-synthetic`` write for the dataset's train/test partition: it

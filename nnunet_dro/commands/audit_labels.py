@@ -3,8 +3,8 @@
 Per structure and case: a structure missing where nearly every case has it, or a volume far
 outside the cohort's (:mod:`nnunet_dro.data.label_audit`). Example::
 
-    nnunet_dro audit-labels -d 500 -o label_audit.tsv      # or -i $nnUNet_raw/Dataset500_FeTA
-    nnunet_dro audit-labels -d 500 -groups $nnUNet_raw/Dataset500_FeTA/subgroups.tsv \\
+    nnunet_dro audit-labels -d 201 -o label_audit.tsv      # or -i $nnUNet_raw/Dataset201_FeTA
+    nnunet_dro audit-labels -d 201 -groups $nnUNet_raw/Dataset201_FeTA/subgroups.tsv \\
         --group-by condition     # fences within each condition: its real anatomy is not flagged
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     inputs = parser.add_mutually_exclusive_group(required=True)
     add_input_dataset_argument(inputs, "the dataset to audit")
     inputs.add_argument("-i", dest="dataset_dir", type=Path, default=None, metavar="DATASET_DIR",
-                        help="or its raw dataset folder, e.g. $nnUNet_raw/Dataset500_FeTA (dataset.json, labelsTr)")
+                        help="or its raw dataset folder, e.g. $nnUNet_raw/Dataset201_FeTA (dataset.json, labelsTr)")
     parser.add_argument("-o", dest="output", type=Path, default=None, metavar="TABLE",
                         help="also write the flags as a table, tab-separated for .tsv, comma-separated for .csv, as "
                              "exclude-cases -table reads it (case, label, flag, volume_ml, median_ml, low_fence_ml, "

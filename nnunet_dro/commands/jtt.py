@@ -3,9 +3,9 @@ first (ERM) training.
 
 Example (cross-validation of nnU-Net's ERM, then the second training on fold 0)::
 
-    nnunet_dro jtt -pred $nnUNet_results/Dataset500_FeTA/nnUNetTrainer__nnUNetPlans__3d_fullres \\
-        -o $nnUNet_preprocessed/Dataset500_FeTA/case_weights.tsv --fraction 0.2 --upweight 5
-    nnUNetv2_train 500 3d_fullres 0 -tr nnUNetTrainerCaseWeights
+    nnunet_dro jtt -pred $nnUNet_results/Dataset201_FeTA/nnUNetTrainer__nnUNetPlans__3d_fullres \\
+        -o $nnUNet_preprocessed/Dataset201_FeTA/case_weights.tsv --fraction 0.2 --upweight 5
+    nnUNetv2_train 201 3d_fullres 0 -tr nnUNetTrainerCaseWeights
 """
 from __future__ import annotations
 

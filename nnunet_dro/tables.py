@@ -131,7 +131,7 @@ def read_case_table(path: str | os.PathLike, case_column: str, *, what: str = "s
 
 
 def table_separator(path: str | os.PathLike, option: str = "-o") -> str:
-    """The separator a case table written to ``path`` gets, by its ending as :func:`read_case_table`
+    r"""The separator a case table written to ``path`` gets, by its ending as :func:`read_case_table`
     reads it (``.csv`` commas, ``.tsv``/``.tab`` tabs); another ending is a :class:`CaseTableError`,
     so that what one command writes, the others read.
 

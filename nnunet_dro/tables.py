@@ -130,6 +130,36 @@ def read_case_table(path: str | os.PathLike, case_column: str, *, what: str = "s
     return table
 
 
+def table_separator(path: str | os.PathLike, option: str = "-o") -> str:
+    r"""The separator a case table written to ``path`` gets, by its ending as :func:`read_case_table`
+    reads it (``.csv`` commas, ``.tsv``/``.tab`` tabs); another ending is a :class:`CaseTableError`,
+    so that what one command writes, the others read.
+
+    >>> table_separator("audit.csv"), table_separator("audit.TSV")
+    (',', '\t')
+    """
+    separator = SEPARATORS.get(Path(path).suffix.lower())
+    if separator is None:
+        raise CaseTableError(f"{option} {path}: name the table .tsv (tab-separated) or .csv (comma-separated)")
+    return separator
+
+
+def check_table_output(path: str | os.PathLike, option: str = "-o") -> str:
+    """Check where a case table is to be written before any work: not a folder, its folder exists,
+    a known ending. Returns the separator."""
+    path = Path(path)
+    if path.is_dir():
+        raise CaseTableError(f"{option} {path}: is a folder; give a file name, e.g. {path / 'label_audit.tsv'}")
+    if not path.parent.is_dir():
+        raise CaseTableError(f"{option} {path}: folder {path.parent} does not exist")
+    return table_separator(path, option)
+
+
+def case_table_text(table: pd.DataFrame, path: str | os.PathLike) -> str:
+    """``table`` as the text of a case table at ``path`` (the separator by its ending)."""
+    return table.to_csv(sep=table_separator(path), index=False)
+
+
 def numeric_columns(table: pd.DataFrame, skip: Sequence[str] = ()) -> pd.DataFrame:
     """``table`` with every column whose known cells all parse as numbers converted to numbers
     (as pandas' ``read_csv`` would type them); the columns in ``skip`` stay text.

@@ -44,6 +44,18 @@ def dataset_id(text: str) -> int:
     return value
 
 
+def dataset_id_or_name(text: str) -> int:
+    """nnU-Net's ``-d``: a dataset ID or its folder name (``201``, ``Dataset201_FeTA``) -> the ID.
+
+    >>> dataset_id_or_name("Dataset201_FeTA"), dataset_id_or_name("7")
+    (201, 7)
+    """
+    import re
+
+    match = re.fullmatch(r"Dataset(\d{3})_.+", text.strip())
+    return int(match.group(1)) if match else dataset_id(text)
+
+
 def _finite(text: str, what: str) -> float:
     try:
         value = float(text)

@@ -10,7 +10,8 @@ from nnunet_dro.commands.dataset_options import (add_dataset_arguments, add_test
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "convert-feta", help="convert a FeTA 2021/2022 download to an nnU-Net raw dataset",
+        "convert-feta", help="convert a FeTA release (feta_2.1 of FeTA 2021, feta_2.2 of FeTA 2022) to an nnU-Net "
+                             "raw dataset",
         description="Convert a FeTA BIDS folder (participants.tsv, sub-*/anat/*_T2w.nii.gz and "
                     "*_dseg.nii.gz) to $nnUNet_raw/DatasetXXX_NAME with subgroups.tsv "
                     "(condition, gestational_age, centre, reconstruction, split).")

@@ -7,18 +7,74 @@ from pathlib import Path
 from nnunet_dro.commands.arg_types import dataset_id, fraction, non_negative_int
 
 
-def add_dataset_arguments(parser: argparse.ArgumentParser, default_name: str | None) -> None:
-    """``-d DATASET_ID``, ``-n NAME`` and ``--overwrite``, as nnU-Net names them.
+class DeprecatedOption(argparse.Action):
+    """An old spelling that still works for one release: stores its value under the new option's
+    ``dest`` and prints one line on stderr naming the new spelling."""
 
-    ``default_name=None``: the sub-command chooses the name itself when ``-n`` is not given.
+    def __init__(self, option_strings, dest, new: str, why: str = "", **kwargs):
+        self.new, self.why = new, why
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import sys
+
+        print(f"{parser.prog}: note: {option_string} is deprecated here{self.why}; use {self.new} (the old "
+              f"spelling goes in the next release)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_dataset_arguments(parser: argparse.ArgumentParser, default_name: str | None,
+                          name_default_text: str | None = None, old_d: bool = True, required: bool = True) -> None:
+    """``--id ID``, ``-n NAME`` and ``--overwrite``: the dataset the command writes.
+
+    ``-d`` is the *input* dataset in every command (as in nnU-Net); the ID of the dataset a command
+    creates is ``--id``. ``old_d``: the old spelling ``-d ID`` still works for one release, with a
+    note on stderr. ``default_name=None``: the sub-command chooses the name itself when ``-n`` is
+    not given (``name_default_text`` says how). ``required=False``: the command checks ``--id``
+    itself (``exclude-cases``, whose old spelling used ``-d`` for it).
     """
-    parser.add_argument("-d", dest="dataset_id", type=dataset_id, required=True, metavar="DATASET_ID",
-                        help="nnU-Net dataset ID (1-999) of the output")
+    ids = parser.add_mutually_exclusive_group(required=required)
+    ids.add_argument("--id", dest="dataset_id", type=dataset_id, metavar="ID",
+                     help="nnU-Net dataset ID (1-999) of the dataset written")
+    if old_d:
+        ids.add_argument("-d", dest="dataset_id", type=dataset_id, metavar="ID", action=DeprecatedOption,
+                         new="--id", why=" for the dataset written (-d names the input dataset)",
+                         help="deprecated spelling of --id")
     parser.add_argument("-n", "--name", default=default_name,
                         help="dataset name after the ID" + (f" (default: {default_name})" if default_name else
-                                                            " (default: depends on --kind)"))
+                                                            f" (default: {name_default_text or 'chosen by the command'})"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing dataset folder of the same ID and name")
+
+
+def add_input_dataset_argument(parser: argparse._ActionsContainer, help_text: str = "the input dataset") -> None:
+    """``-d DATASET``: an nnU-Net dataset of ``$nnUNet_raw`` by ID or name (``201``,
+    ``Dataset201_FeTA``), as nnUNetv2_train and nnUNetv2_predict take it."""
+    parser.add_argument("-d", dest="dataset", default=None, metavar="DATASET",
+                        help=f"{help_text}: nnU-Net dataset ID or name under $nnUNet_raw (e.g. 201 or Dataset201_FeTA)")
+
+
+def raw_dataset_folder(dataset: str) -> Path:
+    """``$nnUNet_raw/DatasetXXX_Name`` for ``-d`` (an ID or a name); UserError if there is none."""
+    import os
+    import re
+
+    from nnunet_dro.errors import UserError
+
+    raw = os.environ.get("nnUNet_raw")
+    if not raw:
+        raise UserError(f"-d {dataset}: environment variable nnUNet_raw is not set; export it, or give the folder "
+                        f"with -i")
+    text = str(dataset).strip()
+    if re.fullmatch(r"\d{1,3}", text):
+        matches = sorted(Path(raw).glob(f"Dataset{int(text):03d}_*"))
+    else:
+        matches = [Path(raw) / text] if (Path(raw) / text).is_dir() else []
+    matches = [m for m in matches if m.is_dir()]
+    if len(matches) != 1:
+        found = "no dataset" if not matches else f"{len(matches)} datasets ({', '.join(m.name for m in matches)})"
+        raise UserError(f"-d {dataset}: {found} of that ID or name in nnUNet_raw={raw}")
+    return matches[0]
 
 
 def add_test_split_arguments(parser: argparse.ArgumentParser, strata: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from nnunet_dro.commands.arg_types import dataset_id, positive_int
+from nnunet_dro.commands.arg_types import dataset_id_or_name, positive_int
 from nnunet_dro.commands.evaluation_options import (add_group_arguments, add_reference_argument, add_scoring_arguments,
                                                     evaluation_options)
 
@@ -24,8 +24,8 @@ def register(subparsers) -> None:
                     "for you), and evaluate all members and ensembles with `nnunet_dro evaluate` if -ref is "
                     "given. Uses $nnUNet_results and adds this package's trainers to nnUNet_extTrainer.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-d", dest="dataset_id", type=dataset_id, required=True, metavar="DATASET_ID",
-                        help="nnU-Net dataset ID")
+    parser.add_argument("-d", dest="dataset_id", type=dataset_id_or_name, required=True, metavar="DATASET",
+                        help="the input dataset: nnU-Net dataset ID or name (e.g. 990 or Dataset990_FeTA)")
     parser.add_argument("-i", dest="images", required=True, metavar="IMAGES",
                         help="folder of images to predict (nnU-Net naming, e.g. imagesTs)")
     parser.add_argument("-o", dest="output", required=True, metavar="OUT",
@@ -49,8 +49,8 @@ def register(subparsers) -> None:
                         help="no test-time mirroring in nnUNetv2_predict (faster, slightly less accurate)")
     parser.add_argument("-npp", type=positive_int, default=3, help="nnUNetv2_predict preprocessing processes. Default: 3")
     parser.add_argument("-nps", type=positive_int, default=3, help="nnUNetv2_predict export processes. Default: 3")
-    parser.add_argument("-np", dest="num_processes", type=positive_int, default=2,
-                        help="processes for nnUNetv2_ensemble and the evaluation. Default: 2")
+    parser.add_argument("-np", dest="num_processes", type=positive_int, default=None, metavar="N",
+                        help="processes for nnUNetv2_ensemble and the evaluation. Default: nnUNet_def_n_proc or 8")
     evaluation = parser.add_argument_group("evaluation (as in `nnunet_dro evaluate`)")
     add_reference_argument(evaluation, required=False)
     add_group_arguments(evaluation)
@@ -59,6 +59,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from nnunet_dro.evaluation.api import default_num_processes
     from nnunet_dro.workflows.ensemble import parse_combinations, parse_members, run_ensemble
     from nnunet_dro.workflows.nnunet_commands import nnunet_environment
 
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         nnunet_environment(), args.dataset_id, args.images, args.output, members,
         configuration=args.configuration, plans=args.plans, folds=args.folds, combine=combine,
         per_fold=args.per_fold, device=args.device, checkpoint=args.checkpoint, npp=args.npp, nps=args.nps,
-        num_processes=args.num_processes, evaluation=evaluation, tta=not args.disable_tta)
+        num_processes=args.num_processes or default_num_processes(), evaluation=evaluation,
+        tta=not args.disable_tta)
     for name, folder in folders.items():
         print(f"{name}: {folder}")
     if result is not None:

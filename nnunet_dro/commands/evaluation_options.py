@@ -40,8 +40,8 @@ def add_group_arguments(parser: Container) -> None:
     parser.add_argument("-groups", type=str, default=None, metavar="TABLE",
                         help="subgroup table (.csv or .tsv), one row per case")
     parser.add_argument("--group-by", type=str, nargs="+", default=None, metavar="COL",
-                        help="group table columns to stratify by, each on its own (default: all columns but "
-                             "numeric ones with more than 10 values). Bin a "
+                        help="group table columns to stratify by, each on its own (default: every column but "
+                             "numeric ones and split, each named in a note). Bin a "
                              "numeric column with COL:EDGES, e.g. gestational_age:19,25,30,35,41 gives [19,25), "
                              "[25,30), ... plus <19 and >=41")
     parser.add_argument("--case-column", type=str, default="case", metavar="COL",

@@ -4,9 +4,9 @@ The left-out cases come from the table ``audit-labels -o`` writes (every flagged
 some flags) or from a list of case IDs; the new dataset gets its own ID, as nnU-Net wants
 (:mod:`nnunet_dro.data.exclude_cases`). Example::
 
-    nnunet_dro audit-labels -i $nnUNet_raw/Dataset201_FeTA -o label_audit.tsv
+    nnunet_dro audit-labels -d 201 -o label_audit.tsv
     # open the flagged cases; delete the rows of the ones whose labels are right, then:
-    nnunet_dro exclude-cases -i $nnUNet_raw/Dataset201_FeTA -table label_audit.tsv -d 202 -n FeTAaudited
+    nnunet_dro exclude-cases -d 201 -table label_audit.tsv --id 202 -n FeTAaudited
     nnUNetv2_plan_and_preprocess -d 202 -c 3d_fullres --verify_dataset_integrity
 """
 from __future__ import annotations
@@ -14,30 +14,60 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nnunet_dro.commands.dataset_options import add_dataset_arguments
+from nnunet_dro.commands.dataset_options import add_dataset_arguments, add_input_dataset_argument
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "exclude-cases", help="write a new raw dataset without some training cases (e.g. audit-labels' flags)",
-        description="Writes $nnUNet_raw/DatasetXXX_NAME: the raw dataset -i without the training cases of "
+        description="Writes $nnUNet_raw/DatasetXXX_NAME (--id, -n): the raw dataset -d (or -i) without the training cases of "
                     "-table (a table with column 'case', such as audit-labels -o writes; with --flags only "
                     "the rows of those flags) or --cases. Images are hard-linked where possible, labels "
                     "copied; dataset.json's numTraining and subgroups.tsv follow; the test cases are kept; "
                     "excluded_cases.tsv in the new dataset lists what was left out and why.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-i", dest="dataset_dir", type=Path, required=True, metavar="DATASET_DIR",
-                        help="the raw dataset folder, e.g. $nnUNet_raw/Dataset201_FeTA")
+    add_input_dataset_argument(parser, "the dataset to leave cases out of")
+    parser.add_argument("-i", dest="dataset_dir", type=Path, default=None, metavar="DATASET_DIR",
+                        help="or its folder, e.g. $nnUNet_raw/Dataset201_FeTA")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("-table", default=None, metavar="TSV",
+    source.add_argument("-table", default=None, metavar="TABLE",
                         help="the cases to leave out: a .tsv/.csv with column 'case' (audit-labels -o)")
     source.add_argument("--cases", nargs="+", metavar="CASE",
                         help="the cases to leave out (comma lists and @file accepted)")
     parser.add_argument("--flags", default=None, metavar="FLAG[,FLAG]",
                         help="with -table: only its rows whose 'flag' is one of these, e.g. missing. "
                              "Default: every row")
-    add_dataset_arguments(parser, default_name=None)
+    add_dataset_arguments(parser, default_name=None, name_default_text="the input's name + Excluded", old_d=False,
+                          required=False)
     parser.set_defaults(func=run)
+
+
+def _resolve_datasets(args: argparse.Namespace) -> None:
+    """``-d`` is the input dataset; until the next release ``-i DIR -d ID`` (the old spelling, ``-d``
+    for the dataset written) still works, with a note."""
+    import sys
+
+    from nnunet_dro.commands.arg_types import dataset_id
+    from nnunet_dro.commands.dataset_options import raw_dataset_folder
+    from nnunet_dro.errors import UserError
+
+    if args.dataset_dir is not None and args.dataset is not None:
+        if args.dataset_id is not None:
+            raise UserError("-d and -i both name the input dataset; give one of them")
+        try:
+            args.dataset_id = dataset_id(args.dataset)
+        except Exception:
+            raise UserError(f"-d {args.dataset} with -i: -d names the input dataset, -i its folder; give one of "
+                            f"them, and the new dataset's ID with --id") from None
+        print("nnunet_dro exclude-cases: note: -d for the dataset written is deprecated; use --id (-d names the "
+              "input dataset, as -i its folder; the old spelling goes in the next release)", file=sys.stderr)
+        args.dataset = None
+    if args.dataset_dir is None and args.dataset is None:
+        raise UserError("give the input dataset: -d ID_OR_NAME (under $nnUNet_raw) or -i DATASET_DIR")
+    if args.dataset_id is None:
+        raise UserError("give the ID of the dataset to write: --id ID (and -n NAME)")
+    if args.dataset_dir is None:
+        args.dataset_dir = raw_dataset_folder(args.dataset)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from nnunet_dro.data.splits import parse_case_list
     from nnunet_dro.errors import UserError
 
+    _resolve_datasets(args)
     if args.flags is not None and args.table is None:
         raise UserError("--flags selects rows of -table; with --cases, list the cases themselves")
     reasons = (table_reasons(args.table, args.flags) if args.table is not None

@@ -26,7 +26,7 @@ def register(subparsers) -> None:
                     "Reads $nnUNet_results.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-d", dest="dataset", required=True, metavar="DATASET",
-                        help="dataset name or ID")
+                        help="the input dataset: nnU-Net dataset ID or name (e.g. 990 or Dataset990_FeTA)")
     parser.add_argument("-o", dest="output", required=True, metavar="ZIP", help="output file name")
     parser.add_argument("-c", dest="configurations", nargs="+", default=None, metavar="CONFIG",
                         help="configurations to export. Default: every configuration of TRAINER/PLANS found "

@@ -3,13 +3,15 @@ first (ERM) training.
 
 Example (cross-validation of nnU-Net's ERM, then the second training on fold 0)::
 
-    nnunet_dro jtt -pred $nnUNet_results/Dataset500_FeTA/nnUNetTrainer__nnUNetPlans__3d_fullres \\
-        -o $nnUNet_preprocessed/Dataset500_FeTA/case_weights.tsv --fraction 0.2 --upweight 5
-    nnUNetv2_train 500 3d_fullres 0 -tr nnUNetTrainerCaseWeights
+    nnunet_dro jtt -pred $nnUNet_results/Dataset201_FeTA/nnUNetTrainer__nnUNetPlans__3d_fullres \\
+        -o $nnUNet_preprocessed/Dataset201_FeTA/case_weights.tsv --fraction 0.2 --upweight 5
+    nnUNetv2_train 201 3d_fullres 0 -tr nnUNetTrainerCaseWeights
 """
 from __future__ import annotations
 
 import argparse
+
+from nnunet_dro.commands.arg_types import non_negative_int, positive_int
 
 
 def register(subparsers) -> None:
@@ -21,8 +23,8 @@ def register(subparsers) -> None:
                     "the worst --fraction of the cases (the error set, by --rule), and write case_weights.tsv "
                     "with --upweight for them and 1 for the others, for nnUNetTrainerCaseWeights.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-pred", required=True, metavar="DIR",
-                        help="the first training: a trainer output folder $nnUNet_results/DatasetXXX_Name/"
+    parser.add_argument("-pred", required=True, metavar="[NAME=]DIR",
+                        help="the first training (NAME= optional, as in evaluate -pred): a trainer output folder $nnUNet_results/DatasetXXX_Name/"
                              "TRAINER__PLANS__CONFIG (its fold_N/validation predictions, references from the "
                              "dataset's labelsTr), or a folder of predictions of the training images (then -ref)")
     parser.add_argument("-ref", default=None, metavar="GT_DIR",
@@ -39,9 +41,9 @@ def register(subparsers) -> None:
                         help="how many times as often the error set is drawn (lambda_up). Default: 5")
     parser.add_argument("-regions", default=None, metavar="SPEC",
                         help="regions to score (as nnunet_dro evaluate). Default: the dataset's labels")
-    parser.add_argument("--folds", type=int, nargs="+", default=None, metavar="FOLD",
+    parser.add_argument("-f", "--folds", dest="folds", type=non_negative_int, nargs="+", default=None, metavar="FOLD",
                         help="cross-validation folds to read (default: every fold_N)")
-    parser.add_argument("-np", dest="num_processes", type=int, default=None, metavar="N",
+    parser.add_argument("-np", dest="num_processes", type=positive_int, default=None, metavar="N",
                         help="processes reading cases. Default: nnUNet_def_n_proc or 8")
     parser.set_defaults(func=run)
 
@@ -49,7 +51,10 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.workflows.jtt import write_jtt_table
 
-    write_jtt_table(args.pred, args.output, reference=args.ref, fraction=args.fraction, rule=args.rule,
+    from nnunet_dro.commands.evaluate import parse_predictions
+
+    (_, prediction), = parse_predictions([args.pred]).items()
+    write_jtt_table(prediction, args.output, reference=args.ref, fraction=args.fraction, rule=args.rule,
                     upweight=args.upweight, regions=args.regions, folds=args.folds,
                     num_processes=args.num_processes)
     return 0

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "BraTS-like tumours, sites site_A / site_B / site_C (site_C rare in train).")
     parser.add_argument("--kind", choices=KINDS, default="fetal",
                         help="which cohort (default: fetal)")
-    add_dataset_arguments(parser, None)
+    add_dataset_arguments(parser, None, name_default_text="SyntheticFetal or SyntheticBraTS, by --kind")
     parser.add_argument("--n-train", type=positive_int, default=40, help="training cases (default 40)")
     parser.add_argument("--n-test", type=non_negative_int, default=30, help="test cases (default 30)")
     parser.add_argument("--size", type=positive_int, default=32,

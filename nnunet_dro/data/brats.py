@@ -190,7 +190,7 @@ def convert_brats19(input_dir: Path, dataset_id: int, name: str = "BraTS2019",
     imagesTs with their labels in labelsTs; unlabelled validation cases (``validation_dir``) go
     to imagesTs only.
 
-    Example (shell): ``nnunet_dro convert-brats19 MICCAI_BraTS_2019_Data_Training -d 219``.
+    Example (shell): ``nnunet_dro convert-brats19 MICCAI_BraTS_2019_Data_Training --id 219``.
     """
     check_raw_dataset_output(dataset_id, name, overwrite)  # nnUNet_raw set and writable: before any case is read
     root = find_training_root(Path(input_dir))

@@ -225,7 +225,7 @@ def convert_feta(input_dir: Path, dataset_id: int, name: str = "FeTA",
     voxels) and label values. Any problem is a one-line UserError naming the file, and the
     dataset folder only appears when every case was written.
 
-    Example (shell): ``nnunet_dro convert-feta feta_2.1 -d 201 --three-regions``.
+    Example (shell): ``nnunet_dro convert-feta feta_2.1 --id 201 --three-regions``.
     """
     check_raw_dataset_output(dataset_id, name, overwrite)  # nnUNet_raw set and writable: before any case is read
     input_dir = Path(input_dir)

@@ -7,8 +7,10 @@ benchmark: shifted masks, swapped labels), not a case with one structure missing
 high enough to be chased and too low to be trimmed. This audit looks at the labels alone, per
 structure and case:
 
-- ``missing``: the structure has no voxel in this case, while at least ``presence`` of the cases
-  have it (a structure erased, or never drawn);
+- ``missing``: the structure has no voxel in this case, while at least ``presence`` of the *other*
+  cases have it (a structure erased, or never drawn). The case itself is not counted, so that one
+  case of 8 without it (7 of 7 others have it) is flagged; counting it, 7/8 = 0.875 stayed under
+  0.9 and no cohort of fewer than 10 cases could flag anything;
 - ``small`` / ``large``: its volume (in mL, so that cases of different spacings compare) lies
   beyond Tukey's far-out fences of the cohort, ``fence`` interquartile ranges below the first or
   above the third quartile of log volumes (and at least a factor 1.5 beyond them), among the cases
@@ -43,7 +45,8 @@ MIN_CASES_FOR_FENCES = 8
 #: the fences lie at least this factor beyond the quartiles: a group whose volumes barely vary
 #: (an interquartile range near 0) would otherwise flag any case a few voxels off
 MIN_FENCE_FACTOR = 1.5
-FLAG_COLUMNS = ["case", "label", "flag", "volume_ml", "median_ml", "low_fence_ml", "high_fence_ml", "group"]
+FLAG_COLUMNS = ["case", "label", "flag", "volume_ml", "median_ml", "low_fence_ml", "high_fence_ml", "group",
+                "judged_by"]
 
 
 def dataset_labels(dataset_json: str | os.PathLike) -> dict[str, list[int]]:
@@ -102,9 +105,16 @@ def audit_volumes(volumes: pd.DataFrame, presence: float = 0.9, fence: float = 3
     one row per flag, sorted by case and label (columns :data:`FLAG_COLUMNS`; ``group`` is
     ``all`` without ``groups``).
 
-    ``groups`` (case -> group, e.g. a subgroup table's ``condition``): presence and fences are taken
-    within each group, so that a group's real anatomy (enlarged ventricles in ventriculomegaly) is
-    not flagged against the majority's; every case of ``volumes`` must have a group.
+    ``groups`` (case -> group, e.g. a subgroup table's ``condition``): fences are taken within each
+    group, so that a group's real anatomy (enlarged ventricles in ventriculomegaly) is not flagged
+    against the majority's; every case of ``volumes`` must have a group. A structure absent from a
+    case is judged against its group *and* the cohort: flagged when at least ``presence`` of the
+    other cases of its group have it, or when at least ``presence`` of the other cases of the
+    cohort have it and its group is not without it (some other case of the group has it, or the
+    group is this case alone). So a structure erased in 1 of the 3 cases of a small group is
+    flagged where the rest of the cohort has it, and a structure that a whole group lacks is not.
+    ``judged_by`` says which rule flagged (``cohort``, ``group``, ``group and cohort``);
+    :func:`group_detection` says per group what can be flagged.
 
     >>> ventricles = [5.0, 5.4, 4.8, 5.1, 5.3, 4.9, 5.2, 5.0, 4.7, 5.5] * 3 + [20.0, 22, 18, 21, 25, 19, 23, 2]
     >>> volumes = pd.DataFrame({"case": [f"c{i:02d}" for i in range(38)], "ventricles": ventricles})
@@ -113,24 +123,93 @@ def audit_volumes(volumes: pd.DataFrame, presence: float = 0.9, fence: float = 3
     >>> by_condition = pd.Series(["control"] * 30 + ["other"] * 8, index=volumes["case"])
     >>> audit_volumes(volumes, groups=by_condition)[["case", "flag", "group"]].values.tolist()
     [['c37', 'small', 'other']]
+    >>> cerebellum = pd.DataFrame({"case": [f"c{i:02d}" for i in range(40)], "cerebellum": [10.0] * 36 + [0.0, 10, 10, 0]})
+    >>> small = pd.Series(["control"] * 37 + ["other"] * 3, index=cerebellum["case"])  # 'other': 2 of 3 have it
+    >>> audit_volumes(cerebellum, groups=small)[["case", "group", "judged_by"]].values.tolist()
+    [['c36', 'control', 'group and cohort'], ['c39', 'other', 'group and cohort']]
+    >>> cerebellum["cerebellum"] = [10.0] * 36 + [0.0, 0, 0, 10]  # 'other': 1 of 3 has it
+    >>> audit_volumes(cerebellum, groups=small)[["case", "group", "judged_by"]].values.tolist()
+    [['c36', 'control', 'group and cohort'], ['c37', 'other', 'cohort'], ['c38', 'other', 'cohort']]
+    >>> cerebellum["cerebellum"] = [10.0] * 37 + [0.0, 0, 0]  # every case of 'other' lacks it: its anatomy
+    >>> audit_volumes(cerebellum, groups=small).empty
+    True
     """
     if not 0 <= presence <= 1:
         raise UserError(f"presence {presence}: must be in [0, 1]")
     if fence <= 0:
         raise UserError(f"fence {fence}: must be positive")
+    cohort_missing = _missing_flags(volumes, presence)
     if groups is None:
-        flags = _audit_cohort(volumes, presence, fence).assign(group="all")
+        flags = _audit_cohort(volumes, presence, fence, cohort_missing, "cohort").assign(group="all")
     else:
         missing = sorted(set(volumes["case"]) - set(groups.dropna().index))
         if missing:
             raise UserError(f"no group for {len(missing)} case(s), e.g. {', '.join(missing[:3])}")
         by_case = volumes["case"].map(groups)
-        flags = pd.concat([_audit_cohort(volumes[by_case == group], presence, fence).assign(group=group)
-                           for group in sorted(by_case.unique(), key=str)], ignore_index=True)
-    return flags.sort_values(["case", "label"], ignore_index=True)
+        parts = []
+        for group in sorted(by_case.unique(), key=str):
+            members = volumes[by_case == group]
+            within = _missing_flags(members, presence)
+            judged = {}
+            for key in set(within) | set(cohort_missing):
+                label = key[1]
+                others_have = (members[label].astype(float) > 0).sum() > 0 or len(members) == 1
+                if key in within and key in cohort_missing:
+                    judged[key] = "group and cohort"
+                elif key in within:
+                    judged[key] = "group"
+                elif key[0] in set(members["case"]) and others_have:
+                    judged[key] = "cohort"
+            parts.append(_audit_cohort(members, presence, fence, judged, "group").assign(group=group))
+        flags = pd.concat(parts, ignore_index=True)
+    return flags[FLAG_COLUMNS].sort_values(["case", "label"], ignore_index=True)
 
 
-def _audit_cohort(volumes: pd.DataFrame, presence: float, fence: float) -> pd.DataFrame:
+def _missing_flags(volumes: pd.DataFrame, presence: float) -> set[tuple[str, str]]:
+    """(case, label) pairs of a structure absent from the case while at least ``presence`` of the
+    other cases have it."""
+    out = set()
+    others = len(volumes) - 1
+    for label in volumes.columns.drop("case"):
+        present = volumes[label].astype(float) > 0
+        if others < 1:
+            continue
+        share = present.sum() / others  # the case itself lacks it: every present case is another case
+        if share >= presence:
+            out.update((case, label) for case in volumes.loc[~present, "case"])
+    return out
+
+
+def largest_detectable(n_cases: int, presence: float) -> int:
+    """How many of ``n_cases`` may lack a structure and each still be flagged against the others:
+    the largest k with ``(n - k) / (n - 1) >= presence`` (0 for a single case).
+
+    >>> [largest_detectable(n, 0.9) for n in (1, 2, 3, 5, 8, 40)]
+    [0, 1, 1, 1, 1, 4]
+    """
+    if n_cases < 2:
+        return 0
+    return max(k for k in range(n_cases) if (n_cases - k) >= presence * (n_cases - 1) - 1e-9)
+
+
+def group_detection(n_cases: int, presence: float) -> str:
+    """One line on what the audit of a group of ``n_cases`` can and cannot flag.
+
+    >>> group_detection(3, 0.9)
+    'missing: up to 1 of its 3 cases within the group, more only against the cohort; volumes: no fences (fewer than 8 cases), not judged'
+    """
+    k = largest_detectable(n_cases, presence)
+    missing = (f"up to {k} of its {n_cases} cases within the group, more only against the cohort" if k
+               else "only against the cohort (a single case)")
+    volumes = ("fences within the group" if n_cases >= MIN_CASES_FOR_FENCES
+               else f"no fences (fewer than {MIN_CASES_FOR_FENCES} cases), not judged")
+    return f"missing: {missing}; volumes: {volumes}"
+
+
+def _audit_cohort(volumes: pd.DataFrame, presence: float, fence: float, missing: dict | set,
+                  judged_by: str) -> pd.DataFrame:
+    """Volume flags within ``volumes``; ``missing``: the (case, label) pairs flagged as missing
+    (a dict gives each its ``judged_by``)."""
     rows = []
     for label in volumes.columns.drop("case"):
         volume = volumes[label].astype(float)
@@ -143,11 +222,14 @@ def _audit_cohort(volumes: pd.DataFrame, presence: float, fence: float) -> pd.Da
             log_low, log_high = q1 - width, q3 + width
         low, high = float(np.exp(log_low)), float(np.exp(log_high))
         for case, value, has in zip(volumes["case"], volume, present):
+            by = judged_by
             if not has:
-                flag = "missing" if present.mean() >= presence else None
+                flag = "missing" if (case, label) in missing else None
+                if isinstance(missing, dict) and flag:
+                    by = missing[(case, label)]
             else:
                 flag = "small" if np.log(value) < log_low else "large" if np.log(value) > log_high else None
             if flag:
                 rows.append({"case": case, "label": label, "flag": flag, "volume_ml": float(value),
-                             "median_ml": median, "low_fence_ml": low, "high_fence_ml": high})
-    return pd.DataFrame(rows, columns=FLAG_COLUMNS[:-1])
+                             "median_ml": median, "low_fence_ml": low, "high_fence_ml": high, "judged_by": by})
+    return pd.DataFrame(rows, columns=[c for c in FLAG_COLUMNS if c != "group"])

@@ -15,6 +15,7 @@ Example (Python)::
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -24,8 +25,9 @@ import pandas as pd
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import reports
-from nnunet_dro.evaluation.crossval import (CrossValidation, check_cases_in_reference, dataset_labels_folder,
-                                            gather_validation, is_trainer_folder)
+from nnunet_dro.evaluation.crossval import (CrossValidation, check_cases_in_reference, check_same_folds,
+                                            dataset_labels_folder, describe_non_trainer_folder, gather_validation,
+                                            is_trainer_folder)
 from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
 from nnunet_dro.evaluation.disparity import disparity_table
@@ -233,6 +235,11 @@ def _cross_validation_inputs(reference: str | None, predictions: Mapping[str, st
     """(reference folder, cross-validation of each trainer-folder method, case selection or None)."""
     cross_validations = {name: gather_validation(name, path, folds) for name, path in predictions.items()
                          if is_trainer_folder(path)}
+    check_same_folds(list(cross_validations.values()))
+    for name, path in predictions.items():
+        wrong = None if name in cross_validations else describe_non_trainer_folder(path)
+        if wrong:
+            raise UserError(f"-pred {name}={path}: {wrong}")
     if folds is not None and not cross_validations:
         raise UserError("--folds applies to nnU-Net trainer folders (TRAINER__PLANS__CONFIG with fold_N subfolders) "
                         "given to -pred, and none was given")
@@ -311,6 +318,7 @@ def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: s
         if m.cross_validation is not None:
             report["methods"][m.name]["folds"] = m.cross_validation.folds
             report["methods"][m.name]["fold_of_case"] = dict(sorted(m.cross_validation.fold_of_case.items()))
+        _check_matching(m, ref_files, absent, extra)  # never --missing for files that are not predictions
         if extra:
             warn(f"note: {m.name}: {len(extra)} prediction(s) without reference ignored: {_short_list(extra)}")
         if not absent:
@@ -330,6 +338,48 @@ def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: s
     return report
 
 
+CHANNEL_SUFFIX = re.compile(r"_\d{4}$")  # nnU-Net's input image naming: CASE_0000.nii.gz
+
+
+def _misnamed(absent: Sequence[str], extra: Sequence[str]) -> list[tuple[str, str]]:
+    """(file's case identifier, reference case) pairs where a file without reference looks like a
+    reference case under another name: an nnU-Net input image (``case_001_0000``), another case
+    (``Case_001``), a prefix or suffix (``pred_case_001``).
+
+    >>> _misnamed(["case_001", "case_002", "c_1"], ["case_001_0000", "x", "PRED_case_002", "c_10"])
+    [('case_001_0000', 'case_001'), ('PRED_case_002', 'case_002')]
+    """
+    lowered = {case.lower(): case for case in absent}
+    pairs = []
+    for name in extra:
+        key = CHANNEL_SUFFIX.sub("", name).lower()
+        match = lowered.get(key) or next((case for low, case in lowered.items()
+                                          if re.search(rf"(?<![0-9a-z]){re.escape(low)}(?![0-9a-z])", name.lower())),
+                                         None)
+        if match is not None:
+            pairs.append((name, match))
+    return pairs
+
+
+def _check_matching(m: _Method, ref_files: dict[str, str], absent: list[str], extra: list[str]) -> None:
+    """Predictions that match no reference case, or files named like a reference case under
+    another name, are an error whatever ``--missing`` says: scoring them as missing would report
+    Dice 0 for a method that was never evaluated (or leave it with n = 0)."""
+    looks_like_images = [name for name in extra if CHANNEL_SUFFIX.search(name)]
+    what = (f"; they look like nnU-Net input images (CASE_0000), not predictions" if looks_like_images
+            and len(looks_like_images) == len(extra) else "")
+    if not set(ref_files) & m.cases:
+        raise UserError(f"-pred {m.name}={m.source}: none of its {len(m.cases)} file(s) matches a reference case "
+                        f"(its cases: {_short_list(sorted(m.cases), 3)}; reference cases: "
+                        f"{_short_list(sorted(ref_files), 3)}){what}; predictions are named like the references "
+                        f"(CASE.nii.gz)")
+    pairs = _misnamed(absent, extra)
+    if pairs:
+        shown = ", ".join(f"{name} for {case}" for name, case in pairs[:3]) + (" ..." if len(pairs) > 3 else "")
+        raise UserError(f"-pred {m.name}={m.source}: {len(pairs)} file(s) look like predictions of reference cases "
+                        f"under another name ({shown}){what}; rename them as the references are named")
+
+
 def _warn_group_report(assignment: GroupAssignment, path: str, warn) -> None:
     if assignment.cases_not_in_table:  # only with --groups-partial: else an error
         warn(f"warning: {len(assignment.cases_not_in_table)} case(s) missing from group table {path} form the "
@@ -339,8 +389,13 @@ def _warn_group_report(assignment: GroupAssignment, path: str, warn) -> None:
         warn(f"note: {len(assignment.rows_without_reference)} row(s) of group table {path} have no reference "
              f"file: {_short_list(assignment.rows_without_reference)}")
     for column in assignment.skipped_continuous_columns:
-        warn(f"note: column {column!r} of {path} looks continuous, not grouped by default; bin it with "
-             f"--group-by {column}:EDGES (e.g. {column}:20,25,30)")
+        if column == "split":
+            warn(f"note: column 'split' of {path} (the dataset's train/test split) is not grouped by default; "
+                 f"name it in --group-by to stratify by it")
+        else:
+            warn(f"note: column {column!r} of {path} is numeric, not grouped by default (whatever the number of "
+                 f"cases); bin it with --group-by {column}:EDGES (e.g. {column}:20,25,30), or name it in "
+                 f"--group-by to group by each value")
     for column, without in assignment.cases_without_value.items():
         warn(f"note: {len(without)} case(s) have no value in column {column!r}, counted in 'all' only: "
              f"{_short_list(without)}")

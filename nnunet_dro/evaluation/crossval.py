@@ -12,11 +12,15 @@ cross-validation). Without ``-ref`` the references are the dataset's ``labelsTr`
 
 Refused with a one-line UserError naming the folder: a case in the validation of two folds, a
 fold folder without validation predictions, a fold's ``validation/summary.json`` listing a case
-whose prediction file is missing, validation predictions of cases the reference folder lacks, and
-a requested fold that is not there.
+whose prediction file is missing, validation predictions of cases the reference folder lacks, a
+requested fold that is not there, a case validated by another fold than nnU-Net's
+``splits_final.json`` says (the trainer folder's copy, else ``$nnUNet_preprocessed/DatasetXXX_Name/``),
+and a case validated by different folds in two trainer folders (their "paired" comparison would
+pair predictions of models that saw different training cases).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -89,7 +93,88 @@ def gather_validation(name: str, folder: str | os.PathLike, folds: Sequence[int]
             cv.files[case] = file
             cv.fold_of_case[case] = fold
         cv.folds.append(fold)
+    check_against_splits(cv)
     return cv
+
+
+SPLITS_FILE = "splits_final.json"
+
+
+def splits_file(folder: Path) -> Path | None:
+    """nnU-Net's ``splits_final.json`` for a trainer folder: the folder's own copy, else the one in
+    ``$nnUNet_preprocessed/DatasetXXX_Name/`` (the dataset named by the folder's parent); None if
+    neither exists."""
+    own = folder / SPLITS_FILE
+    if own.is_file():
+        return own
+    preprocessed = os.environ.get("nnUNet_preprocessed")
+    dataset = folder.resolve().parent.name
+    if preprocessed and DATASET_FOLDER.match(dataset):
+        candidate = Path(preprocessed) / dataset / SPLITS_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_splits(path: Path) -> dict[str, int]:
+    """case -> the fold whose validation holds it, from a ``splits_final.json``
+    (a list of ``{"train": [...], "val": [...]}``, one per fold)."""
+    try:
+        splits = json.loads(path.read_text())
+        fold_of_case: dict[str, int] = {}
+        for fold, split in enumerate(splits):
+            for case in split["val"]:
+                fold_of_case.setdefault(str(case), fold)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise UserError(f"{path}: not an nnU-Net splits file (a list of {{'train': [...], 'val': [...]}}; "
+                        f"{type(error).__name__}: {error})") from None
+    return fold_of_case
+
+
+def check_against_splits(cv: CrossValidation) -> None:
+    """Each validation prediction must sit in the fold that ``splits_final.json`` validates it in."""
+    path = splits_file(cv.folder)
+    if path is None:
+        return
+    split_fold = read_splits(path)
+    wrong = sorted((case, fold) for case, fold in cv.fold_of_case.items() if split_fold.get(case) != fold)
+    if wrong:
+        case, fold = wrong[0]
+        where = (f"fold {split_fold[case]}" if case in split_fold else "no fold")
+        raise UserError(f"-pred {cv.name}={cv.folder}: {len(wrong)} case(s) validated in another fold than {path} "
+                        f"says, e.g. {case!r} in fold_{fold}/validation, in the validation of {where} there "
+                        f"(a prediction from another split?)")
+
+
+def check_same_folds(cross_validations: Sequence[CrossValidation]) -> None:
+    """Two trainer folders compared case by case must have validated each case in the same fold."""
+    first = cross_validations[0] if cross_validations else None
+    for other in cross_validations[1:]:
+        differ = sorted(c for c in set(first.fold_of_case) & set(other.fold_of_case)
+                        if first.fold_of_case[c] != other.fold_of_case[c])
+        if differ:
+            case = differ[0]
+            raise UserError(f"-pred {other.name}: {len(differ)} case(s) validated in another fold than in "
+                            f"{first.name}, e.g. {case!r} in fold_{other.fold_of_case[case]} of {other.folder.name} "
+                            f"and fold_{first.fold_of_case[case]} of {first.folder.name}: the trainings used different "
+                            f"splits, so their paired comparison would not compare like with like")
+
+
+def describe_non_trainer_folder(path: str | os.PathLike) -> str | None:
+    """What a folder given as predictions is when it is a dataset folder rather than predictions or
+    a trainer folder (None otherwise): a dataset of ``nnUNet_results`` holding trainer folders, or
+    an ``nnUNet_raw`` dataset."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    trainers = sorted(child.name for child in folder.iterdir() if child.is_dir() and is_trainer_folder(child))
+    if trainers:
+        return (f"a dataset folder of nnUNet_results holding the trainer folder(s) {', '.join(trainers[:3])}; "
+                f"give one of them, e.g. {folder / trainers[0]}")
+    if (folder / "dataset.json").is_file() and any((folder / sub).is_dir() for sub in ("imagesTr", "labelsTr")):
+        return ("an nnU-Net raw dataset folder (dataset.json, imagesTr, labelsTr), not predictions: give a folder "
+                "of predictions or a trainer folder $nnUNet_results/DatasetXXX_Name/TRAINER__PLANS__CONFIG")
+    return None
 
 
 def _check_against_summary(option: str, validation: Path, files: Mapping[str, str]) -> None:

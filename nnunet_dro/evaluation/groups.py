@@ -3,8 +3,8 @@
 The table (``-groups``, ``.csv`` or ``.tsv``) has one row per case: a case column (``--case-column``,
 default ``case``; values are nnU-Net case identifiers, a file ending such as ``.nii.gz`` is
 stripped) and any number of group columns. ``--group-by`` names the columns to stratify by, each
-on its own (default: every column, except numeric columns with more than 10 distinct values,
-which are reported). A numeric column can be binned with ``COLUMN:EDGES``:
+on its own (default: every column except numeric ones and ``split``, each left out with a note;
+the rule does not depend on the number of cases). A numeric column can be binned with ``COLUMN:EDGES``:
 
 - ``gestational_age:19,25,30,35,41`` -> bins ``[19,25)``, ``[25,30)``, ``[30,35)``, ``[35,41)``;
   values below the first edge go to ``<19``, values at or above the last to ``>=41``.
@@ -128,7 +128,8 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
     """Group label per case and column for the evaluated ``cases``.
 
     Without ``--group-by`` every column except the case column is used as a categorical group,
-    except numeric columns with more than 10 distinct values (reported; bin them with ``COL:EDGES``).
+    except (:func:`default_skip_reason`) numeric columns (reported; bin them with ``COL:EDGES``)
+    and the dataset's ``split`` column.
     An evaluated case without a row is a UserError (see :func:`check_table_covers_cases`), or with
     ``partial`` a member of the group :data:`NOT_IN_TABLE` of every column.
     """
@@ -138,11 +139,12 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
     if group_by:
         columns = parse_group_by(group_by, list(table.columns))
     else:
-        skipped = [c for c in other_columns if _looks_continuous(table[c])]
+        skipped = [c for c in other_columns if default_skip_reason(c, table[c])]
         columns = [GroupColumn(c) for c in other_columns if c not in skipped]
     if not columns:
         raise UserError(f"group table {path}: no group column besides {case_column!r}"
-                        + (f" (continuous columns need bins: --group-by {skipped[0]}:EDGES)" if skipped else ""))
+                        + (f" that is grouped by default ({skipped[0]}: {default_skip_reason(skipped[0], table[skipped[0]])}"
+                           f"; name it in --group-by, binned as {skipped[0]}:EDGES if numeric)" if skipped else ""))
     for g in columns:
         if g.column not in table.columns or g.column == case_column:
             raise UserError(f"group table {path}: no group column {g.column!r} (columns: {', '.join(other_columns)})")
@@ -150,7 +152,7 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
             raise UserError(f"group table {path}: a group column cannot be named {ALL!r} (reserved)")
     known = set(table.index)
     evaluated = set(cases)
-    if not partial:
+    if not partial or not known & evaluated:  # no row at all: '(not in table)' for every case is no report
         check_table_covers_cases(path, case_column, cases, list(table.index))
     labels: dict[str, dict[str, str | None]] = {}
     order: dict[str, list[str]] = {}
@@ -197,7 +199,7 @@ def check_table_covers_cases(path: str, case_column: str, cases: list[str], rows
     >>> check_table_covers_cases("g.tsv", "case", ["case_000", "case_001"], ["sub-000", "sub-001"])
     Traceback (most recent call last):
     ...
-    nnunet_dro.errors.UserError: group table g.tsv: 2 of 2 evaluated cases have no row (e.g. case_000, case_001) and 2 rows match no case (e.g. sub-000, sub-001); check the identifiers in column 'case' (--case-column), or pass --groups-partial to report the cases without a row as the group '(not in table)'
+    nnunet_dro.errors.UserError: group table g.tsv: 2 of 2 evaluated cases have no row (e.g. case_000, case_001) and 2 rows match no case (e.g. sub-000, sub-001); check the identifiers in column 'case' (--case-column)
     """
     without_row = sorted(set(cases) - set(rows), key=_natural_key)
     if not without_row:
@@ -205,22 +207,40 @@ def check_table_covers_cases(path: str, case_column: str, cases: list[str], rows
     unmatched = sorted(set(rows) - set(cases), key=_natural_key)
     rows_text = (f"{len(unmatched)} row{'s' if len(unmatched) != 1 else ''} match{'' if len(unmatched) != 1 else 'es'} "
                  f"no case (e.g. {', '.join(unmatched[:EXAMPLES])})" if unmatched else "every row matches a case")
+    # --groups-partial is offered only when some case has a row: with none, it would report every
+    # case as '(not in table)', a report without subgroups that looks like one
+    partial_hint = (f", or pass --groups-partial to report the cases without a row as the group {NOT_IN_TABLE!r}"
+                    if len(without_row) < len(set(cases)) else "")
     raise UserError(f"group table {path}: {len(without_row)} of {len(cases)} evaluated case"
                     f"{'s' if len(cases) != 1 else ''} {'have' if len(without_row) != 1 else 'has'} no row "
                     f"(e.g. {', '.join(without_row[:EXAMPLES])}) and {rows_text}; check the identifiers in column "
-                    f"{case_column!r} (--case-column), or pass --groups-partial to report the cases without a row "
-                    f"as the group {NOT_IN_TABLE!r}")
+                    f"{case_column!r} (--case-column){partial_hint}")
 
 
-MAX_DEFAULT_GROUPS = 10
+#: the column converters and ``make-synthetic`` write for the dataset's train/test partition: it
+#: tells where a case went, not which subgroup it is in
+SPLIT_COLUMN = "split"
 
 
-def _looks_continuous(values: pd.Series) -> bool:
-    """A numeric column with more than MAX_DEFAULT_GROUPS distinct values (e.g. gestational age):
-    left out of the default grouping, since one group per value is useless; bin it instead."""
+def default_skip_reason(column: str, values: pd.Series) -> str | None:
+    """Why the default grouping (no ``--group-by``) leaves a column out, or None.
+
+    A numeric column (gestational age, a score) is continuous: one group per value says nothing,
+    and whether it looked so used to depend on how many cases there were (12 cases: skipped,
+    8 cases: 8 groups of one). It is left out whatever the number of cases; bin it with
+    ``COL:EDGES`` or name it in ``--group-by`` to group by each value. ``split`` is the dataset's
+    train/test partition.
+
+    >>> default_skip_reason("ga", pd.Series(["21", "27.5", None])), default_skip_reason("condition", pd.Series(["a"]))
+    ('numeric', None)
+    >>> default_skip_reason("split", pd.Series(["test", "test"]))
+    "the dataset's train/test split"
+    """
+    if column == SPLIT_COLUMN:
+        return "the dataset's train/test split"
     present = values.dropna()
     numeric = pd.to_numeric(present, errors="coerce")
-    return bool(len(present)) and not numeric.isna().any() and numeric.nunique() > MAX_DEFAULT_GROUPS
+    return "numeric" if len(present) and not numeric.isna().any() else None
 
 
 def _natural_key(text: str):

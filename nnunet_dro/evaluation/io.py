@@ -88,8 +88,28 @@ def list_segmentations(folder: str, what: str, file_ending: str | None = None) -
         cases[case] = path
     if not cases:
         endings = file_ending or ", ".join(SEGMENTATION_ENDINGS)
-        raise UserError(f"{what} {folder} contains no segmentation files ({endings})")
+        raise UserError(f"{what} {folder} contains no segmentation files ({endings}){_seen(folder, file_ending)}")
     return cases
+
+
+def _seen(folder: str, file_ending: str | None) -> str:
+    """What the folder holds instead, for the message: ``.nii`` predictions beside ``.nii.gz``
+    references must not read as an empty folder."""
+    names = [n for n in sorted(os.listdir(folder)) if not n.startswith(".")]
+    if not names:
+        return "; the folder is empty"
+    endings: dict[str, int] = {}
+    for name in names:
+        split = split_case_id(name)
+        if os.path.isdir(os.path.join(folder, name)):
+            ending = "folder(s)"
+        else:
+            ending = split[1].lower() if split else (os.path.splitext(name)[1] or name)
+        endings[ending] = endings.get(ending, 0) + 1
+    seen = ", ".join(f"{count} {ending}" for ending, count in sorted(endings.items(), key=lambda kv: -kv[1]))
+    hint = (f" (the dataset.json of the references says file_ending {file_ending}: predictions must be written "
+            f"in that format)" if file_ending and any(e in SEGMENTATION_ENDINGS for e in endings) else "")
+    return f"; it holds {seen}, e.g. {names[0]}{hint}"
 
 
 def _as_integer_labels(array: np.ndarray, path: str) -> np.ndarray:

@@ -196,13 +196,21 @@ def _values_text(values) -> str:
     return ",".join(map(str, values))
 
 
-def preset_mismatches(preset: RegionSpec, dataset: RegionSpec) -> list[str]:
+def _name_key(name: str) -> str:
+    """Region names compared as a reader would: ``White-Matter`` and ``white_matter`` are one name."""
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def preset_mismatches(preset: RegionSpec, dataset: RegionSpec, complete: bool = True) -> list[str]:
     """What a preset gets wrong about a dataset (empty if it fits).
 
     - a label value the preset scores that the dataset does not have;
     - a foreground label value of the dataset that the preset does not declare (its voxels would
       be an "unknown label" or silently belong to no region);
-    - a single-label region whose name the dataset gives to another label value.
+    - a region whose name the dataset gives to other label values (names compared without case and
+      punctuation: ``White-Matter`` is ``white_matter``).
+
+    ``complete=False`` (a list the user wrote, which may score a subset) skips the second check.
 
     >>> three = RegionSpec("d", (Region("white_matter", (1,)), Region("intra_axial_csf", (2,)),
     ...                         Region("cerebellum", (3,))), frozenset({0, 1, 2, 3}))
@@ -218,13 +226,14 @@ def preset_mismatches(preset: RegionSpec, dataset: RegionSpec) -> list[str]:
     if lacking:
         problems.append(f"label{'s' if len(lacking) > 1 else ''} {_values_text(lacking)} "
                         f"{'are' if len(lacking) > 1 else 'is'} not in the dataset")
-    uncovered = sorted(present - set(preset.declared_labels or named))
+    uncovered = sorted(present - set(preset.declared_labels or named)) if complete else []
     if uncovered:
         problems.append(f"dataset label{'s' if len(uncovered) > 1 else ''} {_values_text(uncovered)} "
                         f"{'are' if len(uncovered) > 1 else 'is'} unknown to the preset")
-    by_name = {r.name: r.labels for r in dataset.regions or ()}
-    renamed = [f"{r.name} is {'+'.join(map(str, by_name[r.name]))} there, {'+'.join(map(str, r.labels))} in the preset"
-               for r in preset.regions if r.name in by_name and by_name[r.name] != r.labels]
+    by_name = {_name_key(r.name): r.labels for r in dataset.regions or ()}
+    renamed = [f"{r.name} is {'+'.join(map(str, by_name[_name_key(r.name)]))} there, "
+               f"{'+'.join(map(str, r.labels))} in the preset"
+               for r in preset.regions if _name_key(r.name) in by_name and by_name[_name_key(r.name)] != r.labels]
     if renamed:
         problems.append("names for other labels: " + ", ".join(renamed))
     return problems
@@ -237,12 +246,15 @@ def check_preset_fits_dataset(name: str, preset: RegionSpec, dataset: RegionSpec
     A misfit (:func:`preset_mismatches`) is a UserError naming both label sets, or with
     ``strict=False`` a warning (``--allow-mismatch``) and the preset as it is.
     """
-    problems = preset_mismatches(preset, dataset)
+    complete = name in PRESETS
+    problems = preset_mismatches(preset, dataset, complete=complete)
     if problems:
         ours = ", ".join(_label_text(r) for r in preset.regions)
         declared = f"; values {_values_text(preset.declared_labels)}" if preset.declared_labels else ""
         theirs = ", ".join(_label_text(r) for r in dataset.regions)
-        text = (f"-regions {name} does not fit the dataset of the references: the preset has {ours}{declared}, "
+        what = "the preset" if complete else "the list"
+        problems = [p.replace("in the preset", f"in {what}") for p in problems]
+        text = (f"-regions {name} does not fit the dataset of the references: {what} has {ours}{declared}, "
                 f"{dataset_json} has {theirs}: {'; '.join(problems)}")
         if strict:
             raise UserError(f"{text}. Leave -regions out to use the dataset's own labels "
@@ -251,7 +263,8 @@ def check_preset_fits_dataset(name: str, preset: RegionSpec, dataset: RegionSpec
             warn(f"warning: {text}; going on with the preset (--allow-mismatch)")
         return preset
     return replace(preset, source=f"{preset.source} (checked against {os.path.abspath(dataset_json)})",
-                   ignore_label=dataset.ignore_label, file_ending=dataset.file_ending)
+                   ignore_label=dataset.ignore_label if preset.ignore_label is None else preset.ignore_label,
+                   file_ending=preset.file_ending or dataset.file_ending)
 
 
 def resolve_regions(spec: str | RegionSpec | None, reference: str | None, strict: bool = True,
@@ -260,14 +273,18 @@ def resolve_regions(spec: str | RegionSpec | None, reference: str | None, strict
 
     With a ``dataset.json`` beside the reference folder (:func:`dataset_json_beside`), the default
     is that dataset's labels or regions, and a preset must fit it (:func:`check_preset_fits_dataset`).
-    Otherwise (or for inline lists, dataset.json paths and RegionSpec objects) as :func:`parse_regions`.
+    Region names are checked wherever they come from (a preset, an inline list, another
+    dataset.json): a name the dataset gives to other label values is an error, so that
+    ``-regions "cerebellum=4"`` cannot report the ventricles as cerebellum. Without a dataset.json
+    (or for RegionSpec objects) as :func:`parse_regions`.
     """
     if isinstance(spec, RegionSpec):
         return spec
     dataset_json = dataset_json_beside(reference) if reference else None
-    if dataset_json is None or (spec and spec not in PRESETS):
+    if dataset_json is None:
         return parse_regions(spec)
     dataset = regions_from_dataset_json(dataset_json)
     if not spec:
         return replace(dataset, source=f"default: {dataset.source} (the dataset of the reference folder)")
-    return check_preset_fits_dataset(spec, PRESETS[spec], dataset, dataset_json, strict, warn)
+    given = PRESETS[spec] if spec in PRESETS else parse_regions(spec)
+    return check_preset_fits_dataset(spec, given, dataset, dataset_json, strict, warn)

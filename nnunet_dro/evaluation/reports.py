@@ -505,7 +505,9 @@ def write_boxplots(path: Path, result: EvaluationResult, metric: str) -> None:
     rows = math.ceil(len(regions) / 3)
     # Fixed margins instead of layout="constrained": the constrained solver took most of the run time.
     figure = Figure(figsize=(width * min(len(regions), 3), 3.8 * rows))
-    figure.subplots_adjust(left=0.06 if len(regions) > 1 else 0.15, right=0.98, top=1 - 0.5 / (3.8 * rows),
+    # top: 0.95 inch above the panels for the figure's title, the legend and the first row's titles
+    # (0.5 let the figure's title run into the first panel's)
+    figure.subplots_adjust(left=0.06 if len(regions) > 1 else 0.15, right=0.98, top=1 - 0.95 / (3.8 * rows),
                            bottom=0.85 / (3.8 * rows), wspace=0.25, hspace=0.55)
     FigureCanvasAgg(figure)
     ncols = min(len(regions), 3)
@@ -542,9 +544,11 @@ def write_boxplots(path: Path, result: EvaluationResult, metric: str) -> None:
     if len(methods) > 1:
         from matplotlib.patches import Patch
         figure.legend(handles=[Patch(facecolor=c, alpha=0.6, label=m) for c, m in zip(colours, methods)],
-                      loc="upper left", bbox_to_anchor=(0.005, 1.0), fontsize=7, ncols=len(methods), frameon=False)
+                      loc="upper left", bbox_to_anchor=(0.005, 1 - 0.3 / (3.8 * rows)), fontsize=7,
+                      ncols=len(methods), frameon=False)
     figure.suptitle(f"{METRIC_TITLES[metric]} per case (--empty {result.settings['empty_policy']}, "
-                    f"--missing {result.settings['missing_policy']})", fontsize=9)
+                    f"--missing {result.settings['missing_policy']})", fontsize=9, y=1 - 0.08 / (3.8 * rows),
+                    va="top")
     figure.savefig(path, dpi=100)
 
 

@@ -16,7 +16,15 @@ Rules for the error set (``rule``), applied to the cases' Dice over the regions 
   values (a case that misses one structure entirely is in it, however well it fits the others);
 - ``mean-dice``: a case's mean region Dice (the Dice part of nnU-Net's loss, averaged).
 
-Ties at the boundary are broken by case identifier, so the table is reproducible.
+Ties at the boundary: every case whose score equals the score of the last case within
+``ceil(fraction * n)`` is in the error set, so the set can be larger than the fraction asks, and
+the command says so (which cases tie, how many more). Breaking the tie by case identifier (as
+before) was reproducible but arbitrary: of three cases at Dice 0, two were upweighted and one not,
+for nothing but their names.
+
+The cases weighted must be training cases: predictions of test cases (``-ref labelsTs``, or a
+reference folder holding cases the dataset's ``labelsTr`` lacks) are refused, since a weight for a
+case the second training never draws is no JTT, and upweighting test cases would leak them.
 
 >>> import pandas as pd
 >>> per_case = pd.DataFrame({"case": ["a", "a", "b", "b", "c", "c"], "region": ["x", "y"] * 3,
@@ -49,15 +57,45 @@ def case_scores(per_case: pd.DataFrame, rule: str) -> pd.Series:
     return (grouped.min() if rule == "worst-dice" else grouped.mean()).sort_index()
 
 
+#: scores this close are a tie (Dice in percent from voxel counts: equal cases are equal to the last digit)
+TIE_TOLERANCE = 1e-9
+
+
 def error_set(per_case: pd.DataFrame, fraction: float, rule: str = "worst-dice") -> list[str]:
-    """The ``ceil(fraction * n)`` cases with the lowest :func:`case_scores` (ties by identifier)."""
+    """The ``ceil(fraction * n)`` cases with the lowest :func:`case_scores`, and every case tied
+    with the last of them (see the module docstring; :func:`boundary_ties` names them)."""
+    return sorted(_error_set_and_ties(per_case, fraction, rule)[0])
+
+
+def boundary_ties(per_case: pd.DataFrame, fraction: float, rule: str = "worst-dice") -> tuple[list[str], int]:
+    """The cases tied at the error set's boundary score (empty if no tie crosses it) and
+    ``ceil(fraction * n)``, the size the fraction asked for.
+
+    >>> per_case = pd.DataFrame({"case": ["a", "b", "c", "d"], "region": ["x"] * 4, "value": [0.0, 0.0, 0.0, 80.0]})
+    >>> error_set(per_case, 0.5), boundary_ties(per_case, 0.5)
+    (['a', 'b', 'c'], (['a', 'b', 'c'], 2))
+    """
+    _, ties, asked = _error_set_and_ties(per_case, fraction, rule)
+    return ties, asked
+
+
+def _error_set_and_ties(per_case: pd.DataFrame, fraction: float, rule: str):
     if not (0.0 < fraction < 1.0):
         raise UserError(f"--fraction {fraction}: must lie strictly between 0 and 1")
     scores = case_scores(per_case, rule)
     if scores.empty:
         raise UserError("no case has a Dice to rank: the evaluation scored nothing")
     ranked = sorted(scores.items(), key=lambda item: (item[1], item[0]))
-    return sorted(case for case, _ in ranked[:math.ceil(fraction * len(ranked))])
+    asked = math.ceil(fraction * len(ranked))
+    boundary = ranked[asked - 1][1]
+    chosen = [case for case, score in ranked if score <= boundary + TIE_TOLERANCE]
+    tied = [case for case, score in ranked if abs(score - boundary) <= TIE_TOLERANCE]
+    crosses = len(chosen) > asked or any(case not in chosen for case in tied)
+    if len(chosen) == len(ranked) and asked < len(ranked):
+        raise UserError(f"{len(tied)} of the {len(ranked)} cases tie at score {boundary:g} ({rule}) at the boundary of "
+                        f"the error set: with every tied case in it, every case would be upweighted, which is no "
+                        f"error set; the first training's scores do not separate the cases")
+    return chosen, (sorted(tied) if crosses else []), asked
 
 
 def case_weight_table(cases: Sequence[str], errors: Sequence[str], upweight: float) -> pd.DataFrame:
@@ -93,13 +131,50 @@ def write_jtt_table(prediction: str, output: str | Path, *, reference: str | Non
         raise UserError(f"-o {output}: the case-weight table is tab-separated; name it case_weights.tsv")
     if not output.parent.is_dir():
         raise UserError(f"-o {output}: folder {output.parent} does not exist")
+    if reference is not None:
+        _check_training_reference(reference)
     result = evaluate(reference, {"ERM": prediction}, None, regions=regions, num_processes=num_processes,
                       progress=False, folds=folds, echo=echo)
+    _check_training_cases(result.settings["reference"], sorted(set(result.per_case["case"])))
     per_case = result.per_case[result.per_case["metric"] == "dice"]
     table, errors = jtt_table(per_case, fraction, rule, upweight)
+    ties, asked = boundary_ties(per_case, fraction, rule)
     write_text_atomic(output, table.to_csv(sep="\t", index=False))
+    if ties:
+        boundary = table.loc[table["case"] == ties[0], "score"].iloc[0]
+        echo(f"note: {len(ties)} cases tie at the boundary score {boundary:g} ({', '.join(ties[:8])}"
+             f"{' ...' if len(ties) > 8 else ''}): all are in the error set, {len(errors)} cases instead of the "
+             f"{asked} that --fraction {fraction:g} asks for")
     echo(f"error set ({rule}, worst {fraction:g}): {len(errors)} of {len(table)} cases, drawn {upweight:g} times as "
          f"often: {', '.join(errors[:8])}{' ...' if len(errors) > 8 else ''}")
     echo(f"written: {output} (train with: nnUNetv2_train DATASET CONFIG FOLD -tr nnUNetTrainerCaseWeights; the "
          f"table is read from nnUNet_preprocessed/DatasetXXX_Name/ or $nnUNet_dro_case_weights)")
     return table
+
+
+def _check_training_reference(reference: str | Path) -> None:
+    """``-ref`` must hold the training cases: a dataset's ``labelsTs`` (or any folder beside a
+    ``labelsTr`` that is not it) holds test cases."""
+    folder = Path(reference).resolve()
+    labels_tr = folder.parent / "labelsTr"
+    if folder.name in ("labelsTs", "imagesTs") or (labels_tr.is_dir() and (folder.parent / "dataset.json").is_file()
+                                                    and folder != labels_tr.resolve()):
+        raise UserError(f"-ref {reference}: JTT weights the training cases of the second training, and this folder "
+                        f"holds the dataset's test cases (or others than its labelsTr); give predictions of the "
+                        f"training images with -ref {labels_tr}, or the trainer folder of the first training")
+
+
+def _check_training_cases(reference: str | Path, cases: Sequence[str]) -> None:
+    """Every scored case must be a training case of the dataset, where the dataset can be told
+    (a ``labelsTr`` beside the reference folder)."""
+    from nnunet_dro.evaluation.io import list_segmentations
+
+    labels_tr = Path(reference).resolve().parent / "labelsTr"
+    if not labels_tr.is_dir():
+        return
+    training = set(list_segmentations(str(labels_tr), "labelsTr"))
+    outside = [case for case in cases if case not in training]
+    if outside:
+        raise UserError(f"{len(outside)} scored case(s) are not training cases of {labels_tr.parent.name} (not in "
+                        f"{labels_tr}): {', '.join(outside[:3])}{' ...' if len(outside) > 3 else ''}; JTT weights "
+                        f"training cases only")

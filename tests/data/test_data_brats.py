@@ -195,7 +195,7 @@ def test_brats_cli_truncated_file_is_one_line_exit_2_and_nothing_written(tmp_pat
         path = path.with_suffix("")
     truncate(path)
     raw, before = raw_with_other_dataset(tmp_path)
-    done = run_converter("convert-brats19", root, "-d", "225", "--test-fraction", "0.3", raw=raw)
+    done = run_converter("convert-brats19", root, "--id", "225", "--test-fraction", "0.3", raw=raw)
     assert done.returncode == 2, done.stderr
     line = done.stderr.strip()
     assert line.splitlines() == [line], done.stderr  # one line, no traceback

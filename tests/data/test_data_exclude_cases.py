@@ -96,7 +96,7 @@ def test_refused(tmp_path, left_out, message):
 
 
 def _fetal(raw: Path, n_train=12) -> Path:
-    result = run_converter("make-synthetic", "--kind", "fetal", "-d", "201", "-n", "Fetal", "--n-train", n_train,
+    result = run_converter("make-synthetic", "--kind", "fetal", "--id", "201", "-n", "Fetal", "--n-train", n_train,
                            "--n-test", 3, "--size", 16, "--seed", 3, raw=raw)
     assert result.returncode == 0, result.stderr
     return raw / "Dataset201_Fetal"
@@ -117,8 +117,9 @@ def test_cli_after_an_audit_and_nnunets_integrity_check_accepts_the_result(tmp_p
     assert rows[0]["case"] in set(pd.read_csv(audit, sep="\t").query("flag == 'missing'")["case"])
     before = listing(source)
     result = run_converter("exclude-cases", "-i", source, "-table", audit, "--flags", "missing", "-d", "202",
-                           "-n", "FetalAudited", raw=raw)
+                           "-n", "FetalAudited", raw=raw)  # the old spelling: -d for the dataset written
     assert result.returncode == 0, result.stderr
+    assert "note: -d for the dataset written is deprecated; use --id" in result.stderr
     target = raw / "Dataset202_FetalAudited"
     assert rows[0]["case"] in result.stdout and str(target) in result.stdout
     assert listing(source) == before
@@ -146,12 +147,12 @@ def small_raw(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--cases", "nope", "-d", "202"], "no training case 'nope'"),
-    (["--cases", "fetal_000", "--flags", "missing", "-d", "202"], "--flags selects rows of -table"),
-    (["-table", "{tmp}/missing.tsv", "-d", "202"], "missing.tsv"),
-    (["-table", "{tmp}/audit.tsv", "--flags", "large", "-d", "202"], "none in"),
-    (["--cases", "fetal_000", "-d", "201", "-n", "Fetal"], "already exists"),
-    (["--cases", "fetal_000", "-d", "201", "-n", "Fetal", "--overwrite"], "the input dataset itself"),
+    (["--cases", "nope", "--id", "202"], "no training case 'nope'"),
+    (["--cases", "fetal_000", "--flags", "missing", "--id", "202"], "--flags selects rows of -table"),
+    (["-table", "{tmp}/missing.tsv", "--id", "202"], "missing.tsv"),
+    (["-table", "{tmp}/audit.tsv", "--flags", "large", "--id", "202"], "none in"),
+    (["--cases", "fetal_000", "--id", "201", "-n", "Fetal"], "already exists"),
+    (["--cases", "fetal_000", "--id", "201", "-n", "Fetal", "--overwrite"], "the input dataset itself"),
 ])
 def test_cli_bad_input_is_a_one_line_error_and_writes_nothing(small_raw, args, message):
     raw = small_raw

@@ -26,7 +26,7 @@ def _damaged_input(command: str, root):
 @pytest.mark.parametrize("command", ["convert-feta", "convert-brats19"])
 def test_unset_nnunet_raw_is_found_before_any_case_is_read(tmp_path, command):
     tree = _damaged_input(command, tmp_path)
-    done = subprocess.run([str(PYTHON), "-m", "nnunet_dro", command, str(tree), "-d", "210"], capture_output=True,
+    done = subprocess.run([str(PYTHON), "-m", "nnunet_dro", command, str(tree), "--id", "210"], capture_output=True,
                           text=True, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
@@ -37,7 +37,7 @@ def test_unset_nnunet_raw_is_found_before_any_case_is_read(tmp_path, command):
 @pytest.mark.parametrize("command", ["convert-feta", "convert-brats19"])
 def test_unwritable_nnunet_raw_is_found_before_any_case_is_read(tmp_path, command):
     tree = _damaged_input(command, tmp_path)
-    done = run_converter(command, tree, "-d", "210", raw="/sys/nnunet_dro_raw")  # even root cannot write there
+    done = run_converter(command, tree, "--id", "210", raw="/sys/nnunet_dro_raw")  # even root cannot write there
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"nnunet_dro {command}: error: nnUNet_raw /sys/nnunet_dro_raw: cannot write in /sys (Operation not "
@@ -51,7 +51,7 @@ def test_existing_dataset_folder_is_found_before_any_case_is_read(tmp_path, comm
     name = "FeTA" if command == "convert-feta" else "BraTS2019"
     (raw / f"Dataset210_{name}").mkdir()
     before = listing(raw)
-    done = run_converter(command, tree, "-d", "210", raw=raw)
+    done = run_converter(command, tree, "--id", "210", raw=raw)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"nnunet_dro {command}: error: {raw / f'Dataset210_{name}'} already exists; pass --overwrite to replace it"]

@@ -203,11 +203,15 @@ def test_feta_cli_success_and_error_exit_codes(tmp_path):
                          "206", "--test-fraction", "0.5", "--seed", "3"],
                         capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stderr
+    # the old spelling of --id works for one release, with one line on stderr
+    assert [line for line in ok.stderr.splitlines() if "deprecated" in line] == [
+        "nnunet_dro convert-feta: note: -d is deprecated here for the dataset written (-d names the input dataset); "
+        "use --id (the old spelling goes in the next release)"]
     table = pd.read_csv(tmp_path / "raw" / "Dataset206_FeTA" / "subgroups.tsv", sep="\t")
     # Stratified: one control and one "other" case held out.
     assert sorted(table[table.split == "test"].condition) == ["control", "other"]
     missing_env = subprocess.run([sys.executable, "-m", "nnunet_dro", "convert-feta", str(root),
-                                  "-d", "207"], capture_output=True, text=True,
+                                  "--id", "207"], capture_output=True, text=True,
                                  env={"PATH": "/usr/bin:/bin"})
     assert missing_env.returncode == 2
     assert missing_env.stderr.strip().splitlines() == [
@@ -250,7 +254,7 @@ def test_feta_cli_truncated_file_is_one_line_exit_2_and_nothing_written(tmp_path
         gz.unlink()
     damaged = truncate(next(anat.glob("*_T2w.nii*" if kind == "image" else "*_dseg.nii*")))
     raw, before = raw_with_other_dataset(tmp_path)
-    done = run_converter("convert-feta", root, "-d", "210", raw=raw)
+    done = run_converter("convert-feta", root, "--id", "210", raw=raw)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr  # one line, no traceback
     line = done.stderr.strip()

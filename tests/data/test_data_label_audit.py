@@ -28,7 +28,10 @@ def _table(**columns) -> pd.DataFrame:
 CASES = {
     "a steady cohort: nothing": (_table(a=STEADY), []),
     "a structure absent from one case of ten: missing": (_table(a=STEADY[:9] + [0.0]), [("c9", "a", "missing")]),
-    "absent from 2 of 10 (below 0.9 present): not flagged": (_table(a=STEADY[:8] + [0.0, 0.0]), []),
+    "absent from 2 of 10 (8 of the 9 others: below 0.9): not flagged": (_table(a=STEADY[:8] + [0.0, 0.0]), []),
+    "absent from 1 of 8 (7 of 7 others have it): missing": (_table(a=STEADY[:7] + [0.0]), [("c7", "a", "missing")]),
+    "absent from 1 of 3: missing": (_table(a=[10.0, 11, 0.0]), [("c2", "a", "missing")]),
+    "a single case: nothing to judge against": (_table(a=[0.0]), []),
     "a volume 10 times the rest: large": (_table(a=STEADY[:9] + [100.0]), [("c9", "a", "large")]),
     "a volume a tenth of the rest: small": (_table(a=STEADY[:9] + [1.0]), [("c9", "a", "small")]),
     "1.3 times the upper quartile stays inside the far-out fence": (_table(a=STEADY[:9] + [14.0]), []),
@@ -52,7 +55,7 @@ def test_flags(name):
 def test_presence_and_fence_are_the_users_to_set():
     volumes = _table(a=STEADY[:7] + [0.0, 0.0, 30.0])
     assert [tuple(r) for r in audit_volumes(volumes)[["case", "label", "flag"]].values] == [("c9", "a", "large")]
-    flags = audit_volumes(volumes, presence=0.8, fence=10.0)
+    flags = audit_volumes(volumes, presence=0.75, fence=10.0)  # 7 of the 9 others have it
     assert [tuple(r) for r in flags[["case", "label", "flag"]].values] == [("c7", "a", "missing"), ("c8", "a", "missing")]
     for presence, fence in ((1.5, 3.0), (0.9, 0.0)):
         with pytest.raises(UserError):
@@ -161,3 +164,65 @@ def test_benchmark_script_finds_every_erased_structure_of_a_noisy_benchmark_coho
     rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line.split()}
     assert rows["erase"] == ["3", "3", "3", "3", "3"]  # 3 erased; each flagged missing, both ways
     assert rows["control"][1:] == ["0", "0", "0", "0"]  # no clean control flagged, either way
+
+
+def _erase(dataset, case: str, label: int) -> None:
+    path = dataset / "labelsTr" / f"{case}.nii.gz"
+    image = nib.load(str(path))
+    seg = np.asarray(image.dataobj).copy()
+    seg[seg == label] = 0
+    nib.save(nib.Nifti1Image(seg, image.affine), str(path))
+
+
+def test_cli_with_groups_flags_a_structure_missing_in_a_small_group_and_says_what_each_group_can_show(tmp_path):
+    """The trap of issue 65: 40 cases, wm erased in 5 (one in a group of 5, one in a group of 3);
+    within-group presence alone (4/5, 2/3 under 0.9) missed both minority cases, exit 0, no warning."""
+    dataset = _dataset(tmp_path / "Dataset001_Toy", n=40)
+    conditions = ["control"] * 32 + ["spina_bifida"] * 5 + ["other"] * 3
+    table = tmp_path / "subgroups.tsv"
+    table.write_text("case\tcondition\n" + "".join(f"case_{i:03d}\t{c}\n" for i, c in enumerate(conditions)))
+    erased = ["case_000", "case_001", "case_002", "case_032", "case_037"]  # 3 control, 1 spina bifida, 1 other
+    for case in erased:
+        _erase(dataset, case, 1)
+    out = tmp_path / "audit.csv"
+    result = run_converter("audit-labels", "-i", dataset, "-groups", table, "--group-by", "condition", "-o", out,
+                           raw=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "5 of 40 cases flagged" in result.stdout
+    assert ("group other (3 cases): missing: up to 1 of its 3 cases within the group, more only against the cohort; "
+            "volumes: no fences (fewer than 8 cases), not judged") in result.stderr
+    assert "group control (32 cases): missing: up to 4 of its 32 cases within the group" in result.stderr
+    flags = pd.read_csv(out)  # .csv: comma-separated, as its name says
+    assert flags["case"].tolist() == erased and set(flags["flag"]) == {"missing"}
+    assert list(flags.columns) == FLAG_COLUMNS
+    # what audit-labels writes, exclude-cases reads (one table reader: nnunet_dro/tables.py)
+    excluded = run_converter("exclude-cases", "-i", dataset, "-table", out, "--id", "2", "-n", "Audited", raw=tmp_path)
+    assert excluded.returncode == 0, excluded.stderr
+    assert "5 training case(s) left out" in excluded.stdout
+
+
+def test_cli_notes_a_structure_that_a_whole_group_lacks(tmp_path):
+    dataset = _dataset(tmp_path / "Dataset001_Toy", n=12)
+    table = tmp_path / "subgroups.tsv"
+    table.write_text("case\tcondition\n" + "".join(f"case_{i:03d}\t{'a' if i < 10 else 'b'}\n" for i in range(12)))
+    for case in ("case_010", "case_011"):
+        _erase(dataset, case, 2)
+    result = run_converter("audit-labels", "-i", dataset, "-groups", table, "--group-by", "condition", raw=tmp_path)
+    assert result.returncode == 0 and "0 of 12 cases flagged" in result.stdout, result.stderr
+    assert ("note: group b: none of its 2 cases has csf (the cohort: 10 of 12): taken as the group's anatomy, "
+            "not flagged; open them if it is not") in result.stderr
+
+
+@pytest.mark.parametrize("where, message", [
+    ("folder", "is a folder; give a file name"),
+    ("nowhere/audit.tsv", "does not exist"),
+    ("audit.txt", "name the table .tsv (tab-separated) or .csv (comma-separated)"),
+])
+def test_cli_bad_output_is_one_line_exit_2_before_reading(tmp_path, where, message):
+    dataset = _dataset(tmp_path / "Dataset001_Toy", n=3)
+    (tmp_path / "folder").mkdir()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = run_converter("audit-labels", "-i", dataset, "-o", tmp_path / where, raw=tmp_path)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

@@ -150,16 +150,16 @@ def _cli(args: list[str], raw: Path | None) -> subprocess.CompletedProcess:
 
 def test_make_synthetic_cli(tmp_path):
     raw = tmp_path / "raw"
-    ok = _cli(["--kind", "brats", "-d", "912", "--n-train", "3", "--n-test", "2", "--size", "16",
+    ok = _cli(["--kind", "brats", "--id", "912", "--n-train", "3", "--n-test", "2", "--size", "16",
                "--train-mix", "site_A=1,site_B=1,site_C=0", "--seed", "2"], raw)
     assert ok.returncode == 0, ok.stderr
     assert "Dataset912_SyntheticBraTS" in ok.stdout
     table = pd.read_csv(raw / "Dataset912_SyntheticBraTS" / "subgroups.tsv", sep="\t")
     assert "site_C" not in set(table[table.split == "train"].centre)
-    again = _cli(["--kind", "brats", "-d", "912", "--n-train", "3", "--size", "16"], raw)
+    again = _cli(["--kind", "brats", "--id", "912", "--n-train", "3", "--size", "16"], raw)
     assert again.returncode == 2
     assert again.stderr.strip().endswith("already exists; pass --overwrite to replace it")
-    bad_mix = _cli(["-d", "913", "--train-mix", "controls=1"], raw)
+    bad_mix = _cli(["--id", "913", "--train-mix", "controls=1"], raw)
     assert bad_mix.returncode == 2 and "unknown group 'controls'" in bad_mix.stderr
     assert len(bad_mix.stderr.strip().splitlines()) == 1
 

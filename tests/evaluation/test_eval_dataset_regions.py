@@ -84,7 +84,17 @@ def test_resolve_regions_default_and_ignore_label(tmp_path):
     fitted = resolve_regions("feta", str(tmp_path / "labelsTr"))
     assert fitted.regions == PRESETS["feta"].regions and fitted.ignore_label == 8  # the ignore label is not a misfit
     inline = resolve_regions("WM=3", str(tmp_path / "labelsTr"))
-    assert inline == parse_regions("WM=3")  # an inline list is the user's own choice
+    # an inline list is the user's own choice of labels (a subset is fine), checked for names only
+    assert inline.regions == parse_regions("WM=3").regions and inline.ignore_label == 8
+    with pytest.raises(UserError, match=r"^-regions white_matter=5;cerebellum=3 does not fit the dataset of the "
+                                        r"references: the list has white_matter=5, cerebellum=3, .* names for other "
+                                        r"labels: white_matter is 3 there, 5 in the list, cerebellum is 5 there, 3 "
+                                        r"in the list"):
+        resolve_regions("white_matter=5;cerebellum=3", str(tmp_path / "labelsTr"))
+    with pytest.raises(UserError, match=r"Cerebellum is 5 there, 4 in the list"):  # case and punctuation
+        resolve_regions("Cerebellum=4", str(tmp_path / "labelsTr"))
+    with pytest.raises(UserError, match=r"label 9 is not in the dataset"):
+        resolve_regions("extra=9", str(tmp_path / "labelsTr"))
 
 
 def test_misfit_is_an_error_or_with_allow_mismatch_a_warning(tmp_path):

@@ -30,8 +30,9 @@ def test_table_must_cover_the_cases(cases, rows, message):
         check_table_covers_cases("g.tsv", "case", cases, rows)
     text = str(caught.value)
     assert text.startswith(f"group table g.tsv: {message}"), text
-    assert text.endswith("check the identifiers in column 'case' (--case-column), or pass --groups-partial to "
-                         "report the cases without a row as the group '(not in table)'")
+    partial_hint = (", or pass --groups-partial to report the cases without a row as the group '(not in table)'"
+                    if set(cases) & set(rows) else "")  # no case with a row: --groups-partial would be no report
+    assert text.endswith(f"check the identifiers in column 'case' (--case-column){partial_hint}")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,11 @@ def test_identifiers_of_another_form_stop_the_run(cohort, tmp_path):
     assert _messages(done.stderr) == [
         f"{PREFIX}group table {table}: 4 of 4 evaluated cases have no row (e.g. case_000, case_001, case_002) and "
         f"4 rows match no case (e.g. sub-000, sub-001, sub-002); check the identifiers in column 'case' "
-        f"(--case-column), or pass --groups-partial to report the cases without a row as the group '(not in table)'"]
+        f"(--case-column)"]  # no --groups-partial hint: it would make every case '(not in table)'
+    assert not out.exists()
+    partial = run_cli("-ref", ref, "-pred", f"A={preds['A']}", "-o", out, "-np", "1", "-groups", table,
+                      "--groups-partial")
+    assert partial.returncode == 2 and _messages(partial.stderr) == _messages(done.stderr)
     assert not out.exists()
 
 

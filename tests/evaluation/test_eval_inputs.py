@@ -102,11 +102,17 @@ def test_assign_groups_reports_missing_rows_and_cases(tmp_path):
     assert a.cases_without_value == {"condition": ["c3"]}
 
 
-def test_default_grouping_leaves_continuous_columns_out(tmp_path):
-    rows = "".join(f"c{i}\t{'a' if i % 2 else 'b'}\t{20 + i * 0.7:.1f}\n" for i in range(12))
-    a = assign_groups(write(tmp_path / "g.tsv", "case\tcondition\tga\n" + rows), "case", None,
-                      [f"c{i}" for i in range(12)])
-    assert a.column_names == ["condition"] and a.skipped_continuous_columns == ["ga"]
+@pytest.mark.parametrize("n_cases", [3, 8, 12])
+@pytest.mark.parametrize("ga", ["{:.1f}", "{:.0f}"], ids=["fractional", "whole weeks"])
+def test_default_grouping_leaves_continuous_columns_out(tmp_path, n_cases, ga):
+    """Whatever the number of cases (8 cases used to give 8 groups of one, 12 a note): numeric
+    columns and the dataset's split are never default groups."""
+    rows = "".join(f"c{i}\t{'a' if i % 2 else 'b'}\t{ga.format(20 + i * 1.7)}\ttest\n" for i in range(n_cases))
+    a = assign_groups(write(tmp_path / "g.tsv", "case\tcondition\tga\tsplit\n" + rows), "case", None,
+                      [f"c{i}" for i in range(n_cases)])
+    assert a.column_names == ["condition"] and a.skipped_continuous_columns == ["ga", "split"]
+    named = assign_groups(tmp_path / "g.tsv", "case", ["ga", "split"], [f"c{i}" for i in range(n_cases)])
+    assert named.column_names == ["ga", "split"]  # named: the user's choice
 
 
 @pytest.mark.parametrize("name,text,group_by,message", [

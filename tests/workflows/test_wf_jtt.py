@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evaluation"))
 from eval_testdata import write_label_map  # noqa: E402
-from test_eval_crossval import CASES, TRAINER, make_world  # noqa: E402
+from test_eval_crossval import CASES, TRAINER, _truth, make_world  # noqa: E402
 
 from nnunet_dro.training.case_tables import read_case_weights  # noqa: E402
 from nnunet_dro.workflows.jtt import case_scores, case_weight_table, error_set  # noqa: E402
@@ -32,6 +32,7 @@ def world(tmp_path, monkeypatch):
     folder = folders[TRAINER]
     # case_004 misses its cerebellum entirely (its worst region 0), case_001 is shifted further
     write_label_map(folder / "fold_1" / "validation" / "case_004.nii.gz", np.zeros((8, 8, 8), np.uint8))
+    write_label_map(folder / "fold_0" / "validation" / "case_001.nii.gz", np.roll(_truth(1), 2, axis=2))  # Dice 60
     return tmp_path, raw, folder
 
 
@@ -74,7 +75,12 @@ def test_output_must_be_a_tsv_in_an_existing_folder(world):
 RULE_CASES = {
     "worst region decides": ([("a", 95, 5), ("b", 50, 50), ("c", 90, 90)], 0.33, "worst-dice", ["a"]),
     "mean decides": ([("a", 95, 5), ("b", 40, 40), ("c", 90, 90)], 0.33, "mean-dice", ["b"]),
-    "ties by identifier": ([("b", 50, 50), ("a", 50, 50), ("c", 90, 90)], 0.33, "worst-dice", ["a"]),
+    "a tie at the boundary: both in": ([("b", 50, 50), ("a", 50, 50), ("c", 90, 90)], 0.33, "worst-dice", ["a", "b"]),
+    "three at 0, two asked: all three in": ([("a", 0, 0), ("b", 0, 0), ("c", 0, 0), ("d", 80, 80), ("e", 90, 90),
+                                             ("f", 95, 95), ("g", 96, 96), ("h", 97, 97), ("i", 98, 98),
+                                             ("j", 99, 99)], 0.2, "worst-dice", ["a", "b", "c"]),
+    "a tie above the boundary changes nothing": ([("a", 10, 10), ("b", 50, 50), ("c", 50, 50)], 0.33, "worst-dice",
+                                                 ["a"]),
     "rounded up": ([("a", 10, 10), ("b", 20, 20), ("c", 30, 30)], 0.5, "worst-dice", ["a", "b"]),
     "NaN region ignored": ([("a", 10, float("nan")), ("b", 20, 5), ("c", 30, 30)], 0.33, "worst-dice", ["b"]),
 }
@@ -92,3 +98,37 @@ def test_error_set_rules(name):
 def test_weight_table_keeps_every_case():
     table = case_weight_table(["c", "a", "b"], ["b"], 3.0)
     assert table.to_dict("list") == {"case": ["a", "b", "c"], "weight": [1.0, 3.0, 1.0]}
+
+
+def test_ties_at_the_boundary_are_stated_and_all_in(world):
+    """Issue 65: three cases at Dice 0, two upweighted by their names, silently."""
+    root, raw, folder = world
+    for case in ("case_001", "case_002"):  # with case_004: three validation predictions empty, Dice 0
+        fold = next(f for f in folder.glob("fold_*") if (f / "validation" / f"{case}.nii.gz").exists())
+        write_label_map(fold / "validation" / f"{case}.nii.gz", np.zeros((8, 8, 8), np.uint8))
+    out = root / "case_weights.tsv"
+    done = jtt("-pred", folder, "-o", out, "--fraction", "0.2", "-np", "1")
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out, sep="\t", dtype={"case": str})
+    assert sorted(table.loc[table["weight"] == 5.0, "case"]) == ["case_001", "case_002", "case_004"]
+    assert ("note: 3 cases tie at the boundary score 0 (case_001, case_002, case_004): all are in the error set, "
+            "3 cases instead of the 2 that --fraction 0.2 asks for") in done.stdout
+    for fold in folder.glob("fold_*"):  # every prediction empty: every case ties, no error set
+        for file in (fold / "validation").glob("*.nii.gz"):
+            write_label_map(file, np.zeros((8, 8, 8), np.uint8))
+    out.unlink()
+    done = jtt("-pred", folder, "-o", out, "--fraction", "0.2", "-np", "1")
+    assert done.returncode == 2 and "6 of the 6 cases tie at score 0" in done.stderr and not out.exists()
+
+
+def test_predictions_of_test_cases_are_refused(world):
+    root, raw, folder = world
+    dataset = raw  # the raw dataset folder (dataset.json, labelsTr)
+    (dataset / "labelsTs").mkdir(exist_ok=True)
+    for case in ("case_100", "case_101"):
+        write_label_map(dataset / "labelsTs" / f"{case}.nii.gz", np.ones((8, 8, 8), np.uint8))
+        write_label_map(root / "pred_ts" / f"{case}.nii.gz", np.ones((8, 8, 8), np.uint8))
+    out = root / "case_weights.tsv"
+    done = jtt("-pred", root / "pred_ts", "-ref", dataset / "labelsTs", "-o", out, "-np", "1")
+    assert done.returncode == 2 and "holds the dataset's test cases" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()

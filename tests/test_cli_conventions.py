@@ -1,0 +1,91 @@
+"""One command-line convention, nnU-Net's where nnU-Net has one (docs/getting-started.md, "Command-line
+conventions"), checked on every sub-command's ``--help`` as a user reads it:
+
+- ``-d`` is the *input* dataset, an ID or a name (as ``nnUNetv2_train`` / ``nnUNetv2_predict``), or the
+  deprecated old spelling of ``--id`` (the dataset a command writes), saying so;
+- ``-i`` is an input folder, ``-o`` the output; ``-tr``, ``-c``, ``-p``, ``-f``, ``-chk`` as nnU-Net;
+- ``-np`` is a positive number of processes with one default everywhere (``nnUNet_def_n_proc`` or 8);
+- every option the help text mentions exists in that command (``exclude-cases -h`` used to mention a
+  ``--kind`` it lacks);
+- an old spelling still parses, with one note on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from nnunet_dro.cli import build_parser
+from nnunet_dro.commands.arg_types import positive_int
+
+NNUNET_DESTS = {"-tr": ("trainer", "trainers"), "-c": ("configuration", "configurations"), "-p": ("plans",),
+                "-f": ("folds",), "-chk": ("checkpoint", "checkpoints")}
+# options of other programs that a help text may name (nnU-Net's, another sub-command's)
+FOREIGN = re.compile(r"(nnUNetv2_\w+|audit-labels|exclude-cases|evaluate|nnunet_dro \w[\w-]*)\s[^;()]*$")
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+COMMANDS = sorted(subparsers())
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_follows_the_convention(command):
+    parser = subparsers()[command]
+    help_text = parser.format_help()
+    options = parser._option_string_actions
+    if "-d" in options:
+        action = options["-d"]
+        assert (action.metavar == "DATASET" and "ID or name" in action.help) or \
+            (action.help.startswith("deprecated spelling of --id") and "--id" in options), (command, action.help)
+    if "--id" in options:
+        assert "of the dataset written" in options["--id"].help
+    if "-i" in options:
+        action = options["-i"]
+        assert action.metavar.endswith(("_DIR", "IMAGES")) and "folder" in action.help, (command, action.metavar)
+    if "-np" in options:
+        action = options["-np"]
+        assert action.type is positive_int and action.default is None and action.metavar == "N", command
+        assert action.help.endswith("Default: nnUNet_def_n_proc or 8"), (command, action.help)
+    for option, dests in NNUNET_DESTS.items():
+        if option in options:
+            assert options[option].dest in dests, (command, option, options[option].dest)
+    mentioned = set()
+    for line in help_text.splitlines():
+        for match in re.finditer(r"(?<![\w$/-])(--?[a-z][a-z_-]*[a-z])\b", line):
+            before = line[:match.start()]
+            if not FOREIGN.search(before):
+                mentioned.add(match.group(1))
+    unknown = sorted(m for m in mentioned if m not in options)
+    assert not unknown, f"{command} -h mentions options it lacks: {unknown}"
+
+
+def test_every_np_has_one_default(monkeypatch):
+    defaults = {c: p._option_string_actions["-np"].default for c, p in subparsers().items()
+                if "-np" in p._option_string_actions}
+    assert set(defaults) >= {"evaluate", "ensemble", "audit-labels", "jtt"} and set(defaults.values()) == {None}
+
+
+@pytest.mark.parametrize("command, old, new", [
+    (["make-synthetic", "-d", "990"], "-d", "--id"),
+    (["convert-feta", "feta", "-d", "201"], "-d", "--id"),
+    (["convert-brats19", "brats", "-d", "219"], "-d", "--id"),
+])
+def test_old_spellings_parse_with_one_note(capsys, command, old, new):
+    args = build_parser().parse_args(command)
+    assert args.dataset_id == int(command[-1])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{old} is deprecated" in err[0] and f"use {new}" in err[0]
+    assert build_parser().parse_args([c if c != "-d" else "--id" for c in command]).dataset_id == int(command[-1])
+    assert capsys.readouterr().err == ""
+
+
+def test_input_dataset_accepts_id_or_name():
+    for value in ("990", "Dataset990_FeTA"):
+        args = build_parser().parse_args(["ensemble", "-d", value, "-i", "imgs", "-o", "out", "-tr", "nnUNetTrainer"])
+        assert args.dataset_id == 990
+    assert build_parser().parse_args(["jtt", "-pred", "ERM=folder", "-o", "w.tsv"]).pred == "ERM=folder"

@@ -24,7 +24,11 @@ OUTPUT_FILES = ("report.md", "groups.json", "subgroups.tsv", "features.tsv")
 
 
 def group_name(index: int) -> str:
-    """Group 0 (the hardest) is ``g1``."""
+    """Group 0 (the hardest) is ``g1``.
+
+    >>> group_name(0), group_name(2)
+    ('g1', 'g3')
+    """
     return f"g{index + 1}"
 
 

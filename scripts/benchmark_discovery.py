@@ -223,6 +223,8 @@ def label_noise_runs() -> pd.DataFrame:
                          "hardest_group_size": int((found.labels == 0).sum()),
                          "groups_holding_noisy": ";".join(f"g{g + 1}" for g in groups_with_noise),
                          "suspect_groups": ";".join(f"g{g + 1}" for g in suspect),
+                         "noisy_in_suspect": int(np.isin(found.labels[truth], suspect).sum()),
+                         "suspect_size": int(np.isin(found.labels, suspect).sum()),
                          "audit_flags_noisy": int((flagged & truth).sum()), "audit_flags_clean": int((flagged & ~truth).sum()),
                          "noisy_cases": len(noisy)})
         print(f"  noise seed {seed} done", flush=True)
@@ -248,11 +250,11 @@ def markdown(summary: pd.DataFrame, noise: pd.DataFrame, draws: int) -> str:
               "Features: the DRO trainer's per-case hardness (stale loss, share of draws) and the corrupted "
               "references' volumes, intensity and contrast; min group size 5.", "",
               "| seed | trainer | k | best cluster precision / recall (size) | noisy in g1 (g1 size) | groups holding noisy | "
-              "suspect-label groups | audit flags noisy / clean |", "|---|---|---|---|---|---|---|---|"]
+              "suspect-label groups (noisy / size) | audit flags noisy / clean |", "|---|---|---|---|---|---|---|---|"]
     for row in noise.itertuples():
         lines.append(f"| {row.seed} | {row.trainer} | {row.k} | {row.precision:.2f} / {row.recall:.2f} ({row.size}) | "
                      f"{row.hardest_group_noisy} ({row.hardest_group_size}) | {row.groups_holding_noisy} | "
-                     f"{row.suspect_groups or '-'} | {row.audit_flags_noisy} / {row.audit_flags_clean} |")
+                     f"{row.suspect_groups or '-'} ({row.noisy_in_suspect} / {row.suspect_size}) | {row.audit_flags_noisy} / {row.audit_flags_clean} |")
     return "\n".join(lines) + "\n"
 
 

@@ -159,6 +159,7 @@ def summarise(table: pd.DataFrame, *, source: str, min_size: int = 10, max_group
             "tail": tail.to_dict(orient="records"),
             "suspect_labels": description.suspect_labels(flags, in_group),
             "audit_flagged": int((flags[in_group] != "").sum()),
+            "shared_audit_flag": dict(zip(("flag", "share"), description.shared_flag(flags, in_group))),
         })
     kinds = list(dict.fromkeys(features.kind_of(c) for c in found.columns))
     summary = {"n_cases": int(len(table)), "k": found.k, "groups": groups,

@@ -17,7 +17,9 @@ and of the rest are resampled with replacement, each on its own. It measures how
 **Suspect labels** (:func:`suspect_labels`): the label audit of ``nnunet_dro audit-labels``
 (:func:`nnunet_dro.data.label_audit.audit_volumes`) run on the reference volumes; a group where at
 least half of the cases carry an audit flag (a structure missing, a volume beyond the far-out
-fences) is named "suspect labels": its errors may be the references' fault, not the network's.
+fences) is named "suspect labels" (its errors may be the references' fault, not the network's)
+unless one flag is shared by most of them and none is a missing structure: that is a real
+anatomy seen by a cohort-wide audit (the audit's own caveat), reported as such.
 
 >>> cvar([50.0, 90, 80, 70, 60, 95, 85, 75, 65, 55, 99], 10)  # worst ceil(1.1) = 2 cases
 52.5
@@ -43,6 +45,8 @@ MIN_EFFECT = 0.5
 MAX_FEATURES = 4
 #: share of a group's cases with a label-audit flag that makes it "suspect labels"
 SUSPECT_SHARE = 0.5
+#: share of the flagged cases sharing one flag that reads as a real anatomy, not label faults
+SHARED_PATTERN = 2 / 3
 
 
 def cvar(values: Sequence[float], q: float = 10) -> float:
@@ -171,7 +175,25 @@ def audit_flags(features: pd.DataFrame) -> pd.Series:
     return flags
 
 
+def shared_flag(flags: pd.Series, in_group: np.ndarray) -> tuple[str, float]:
+    """The most common single flag (``"csf large"``) among the group's flagged cases and the share of
+    those cases that carry it (``("", 0.0)`` when none is flagged)."""
+    items = [set(text.split("; ")) for text in flags[in_group] if text]
+    if not items:
+        return "", 0.0
+    counts = pd.Series([item for case in items for item in case]).value_counts()
+    return str(counts.index[0]), float(counts.iloc[0]) / len(items)
+
+
 def suspect_labels(flags: pd.Series, in_group: np.ndarray) -> bool:
-    """Whether at least :data:`SUSPECT_SHARE` of the group's cases carry a label-audit flag."""
+    """Whether the group's errors look like label faults: at least :data:`SUSPECT_SHARE` of its cases
+    carry a label-audit flag, and either a structure is missing in one of them or no single flag is
+    shared by :data:`SHARED_PATTERN` of the flagged cases. One flag that most of them share
+    ("intra axial csf large" throughout) is what a real anatomy does to a cohort-wide audit (an
+    enlarged ventricle group); label faults (an erased structure, swapped labels) do not repeat."""
     members = flags[in_group]
-    return bool(len(members)) and float((members != "").mean()) >= SUSPECT_SHARE
+    if not len(members) or float((members != "").mean()) < SUSPECT_SHARE:
+        return False
+    if any("missing" in text for text in members):
+        return True
+    return shared_flag(flags, in_group)[1] < SHARED_PATTERN

@@ -86,6 +86,11 @@ def report_markdown(summary: dict) -> str:
         if group["suspect_labels"]:
             lines += [f"{group['audit_flagged']} of its {group['size']} cases carry a label-audit flag "
                       "(`nnunet_dro audit-labels`): open them before trusting or training on the group.", ""]
+        elif group["audit_flagged"] * 2 >= group["size"]:
+            shared = group["shared_audit_flag"]
+            lines += [f"{group['audit_flagged']} of its {group['size']} cases carry a label-audit flag, "
+                      f"{shared['share']:.0%} of them the same one ({shared['flag']}): more likely a real anatomy "
+                      "than label faults; open a few cases to be sure.", ""]
         if group["tail"]:
             lines += ["| region | mean (group / rest) | p10 | CVaR10 | mean diff [95% CI] | p10 diff | CVaR10 diff |",
                       "|---|---|---|---|---|---|---|"]

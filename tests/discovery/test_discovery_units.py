@@ -169,3 +169,19 @@ def test_suspect_labels_follow_the_label_audit():
     group = np.arange(34) >= 30
     assert description.suspect_labels(flags, group)  # 3 of 4 flagged
     assert not description.suspect_labels(flags, np.arange(34) < 30)
+
+
+def test_one_shared_flag_reads_as_anatomy_not_label_faults():
+    volumes = [5.0, 5.4, 4.8, 5.1, 5.3, 4.9, 5.2, 5.0, 4.7, 5.5] * 3
+    enlarged = pd.DataFrame({"ref_volume:csf": volumes + [40.0, 45, 50, 42, 5.0],
+                             "ref_volume:wm": [20.0] * 35}, index=[f"c{i:02d}" for i in range(35)])
+    flags = description.audit_flags(enlarged)
+    group = np.arange(35) >= 30
+    assert (flags[group] != "").sum() == 4
+    assert description.shared_flag(flags, group) == ("csf large", 1.0)
+    assert not description.suspect_labels(flags, group)
+    mixed = enlarged.assign(**{"ref_volume:wm": [20.0] * 30 + [200.0, 220.0, 20.0, 20.0, 20.0]})
+    mixed.loc[["c30", "c31"], "ref_volume:csf"] = 5.0  # c30, c31: wm large; c32, c33: csf large
+    flags = description.audit_flags(mixed)  # csf large x2, wm large x2: no flag on 2/3 of the flagged
+    assert description.shared_flag(flags, group)[1] == 0.5
+    assert description.suspect_labels(flags, group)

@@ -106,7 +106,7 @@ def report_markdown(summary: dict) -> str:
     lines += ["## Acting on a group", "",
               f"`nnunet_dro evaluate -groups subgroups.tsv --group-by {GROUP_COLUMN} ...` scores it; "
               "`nnUNet_dro_subgroups=subgroups.tsv nnUNet_dro_group_column=discovered_group` trains on it "
-              "(`nnUNetTrainerGroupBalanced`, `nnUNetTrainerGroupDRO`). See docs/evaluation.md, "Discovering hard subgroups nobody labelled".", ""]
+              "(`nnUNetTrainerGroupBalanced`, `nnUNetTrainerGroupDRO`). See the section Discovering hard subgroups nobody labelled of docs/evaluation.md.", ""]
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ LAYERS = {
     "atomic": 1, "tables": 1,
     "sampling": 2, "data": 2,
     "weighting": 3, "evaluation": 3,
+    "discovery": 4,  # imports evaluation, data, tables; never training or workflows
     "training": 4,
     "ext_trainers": 5,
     "workflows": 6,

@@ -1,0 +1,174 @@
+"""``discover(...)``: what ``nnunet_dro discover`` runs.
+
+Inputs: a prediction folder with its reference folder, or an nnU-Net trainer folder (its
+``fold_N/validation`` cross-validation predictions, the references its dataset's ``labelsTr``
+unless ``reference`` is given, and each fold's ``dro_hardness.csv`` where a DRO trainer wrote one).
+Scores come from :func:`nnunet_dro.evaluation.evaluate` (Dice, HD95, the same regions and checks);
+volumes and intensity features from a second read of each case (:mod:`~.features`); images
+(``images``: an ``imagesTr``/``imagesTs`` folder, first channel ``CASE_0000``) are optional.
+
+Example (Python)::
+
+    from nnunet_dro.discovery.api import discover
+    summary = discover("pred", "labelsTs", "discovery", images="imagesTs", regions="feta")
+    [(g["name"], g["size"], g["suspect_labels"]) for g in summary["groups"]]
+"""
+from __future__ import annotations
+
+import os
+import sys
+from multiprocessing import Pool
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from nnunet_dro.discovery import clustering, description, features, report
+from nnunet_dro.errors import UserError
+from nnunet_dro.evaluation.crossval import dataset_labels_folder, gather_validation, is_trainer_folder
+from nnunet_dro.evaluation.io import check_same_geometry, list_segmentations, read_segmentation
+from nnunet_dro.evaluation.regions import Region
+
+HARDNESS_FILE = "dro_hardness.csv"
+METHOD = "discover"
+NOT_USED = ("The network's own (bottleneck) features are not used: this version clusters on scores, "
+            "volumes and intensities only.")
+
+
+def image_files(folder: str, cases: Sequence[str]) -> dict[str, str]:
+    """case -> its first channel ``CASE_0000<ending>`` in ``folder``; UserError naming a case without one."""
+    if not os.path.isdir(folder):
+        raise UserError(f"-i {folder}: not a folder")
+    by_case = {}
+    for name in os.listdir(folder):
+        stem, sep, rest = name.partition("_0000.")
+        if sep and not name.startswith("."):
+            by_case[stem] = os.path.join(folder, name)
+    lacking = [c for c in cases if c not in by_case]
+    if lacking:
+        raise UserError(f"-i {folder}: no image {lacking[0]}_0000.* for case {lacking[0]} "
+                        f"({len(lacking)} case(s) without one)")
+    return {c: by_case[c] for c in cases}
+
+
+def _read_image(path: str) -> np.ndarray:
+    import SimpleITK as sitk
+
+    try:
+        return sitk.GetArrayFromImage(sitk.ReadImage(path)).astype(np.float64)
+    except RuntimeError as e:
+        raise UserError(f"cannot read image {path}: {str(e).strip().splitlines()[-1]}") from None
+
+
+def _case_region_features(job) -> tuple[str, dict[str, float]]:
+    case, ref_path, pred_path, image_path, regions = job
+    reference, geometry = read_segmentation(ref_path)
+    prediction = None
+    if pred_path is not None:
+        prediction, pred_geometry = read_segmentation(pred_path)
+        check_same_geometry(case, geometry, pred_geometry, METHOD)
+    image = _read_image(image_path) if image_path is not None else None
+    if image is not None and image.shape != reference.shape:
+        raise UserError(f"image {image_path}: shape {image.shape} differs from its reference's {reference.shape}")
+    return case, features.region_features(reference, image, prediction, regions, geometry.spacing)
+
+
+def hardness_tables(trainer_folder: Path) -> list[pd.DataFrame]:
+    """Every ``fold_*/dro_hardness.csv`` of a trainer folder (none for a plain nnU-Net trainer)."""
+    tables = []
+    for path in sorted(trainer_folder.glob(f"fold_*/{HARDNESS_FILE}")):
+        try:
+            tables.append(pd.read_csv(path, dtype={"case": str}))
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot read {path}: {e}") from None
+    return tables
+
+
+def discover(prediction: str, reference: str | None, output: str | None, *, images: str | None = None,
+             regions: str | None = None, hd95: bool = True, min_size: int = 10, max_groups: int = 8,
+             error_weight: int = 3, n_bootstrap: int = 1000, seed: int = 0, num_processes: int | None = None,
+             folds: Sequence[int] | None = None, echo: Callable[[str], None] | None = None) -> dict:
+    """Discover candidate hard subgroups; write the report folder ``output`` (None: compute only)
+    and return the summary written to ``groups.json``."""
+    from nnunet_dro.evaluation.api import default_num_processes, evaluate
+
+    echo = echo or (lambda text: print(text, file=sys.stderr))
+    if output is not None:
+        report.check_output(output)
+    trainer = is_trainer_folder(prediction)
+    hardness = None
+    if trainer:
+        cv = gather_validation(METHOD, prediction, folds)
+        pred_files = cv.files
+        if reference is None:
+            reference = str(dataset_labels_folder([cv]))
+        hardness = features.read_hardness(hardness_tables(Path(prediction)))
+        source = f"the cross-validation of {prediction} (references {reference})"
+    else:
+        if reference is None:
+            raise UserError(f"-ref is needed with a prediction folder ({prediction} has no fold_N folders)")
+        if folds is not None:
+            raise UserError("--folds goes with a trainer folder as -pred")
+        pred_files = list_segmentations(prediction, "prediction folder")
+        source = f"{prediction} against {reference}"
+    processes = default_num_processes() if num_processes is None else num_processes
+    result = evaluate(reference, {METHOD: prediction}, None, regions=regions,
+                      metrics=["dice", "hd95"] if hd95 else ["dice"], num_processes=processes, progress=False,
+                      folds=folds, echo=echo)
+    errors = features.error_features(result.per_case, METHOD)
+    cases = list(errors.index)
+    ref_files = list_segmentations(reference, "reference folder")
+    image_paths = image_files(images, cases) if images else {}
+    region_list: list[Region] = list(result.regions)
+    jobs = [(c, ref_files[c], pred_files.get(c), image_paths.get(c), region_list) for c in cases]
+    if processes > 1 and len(jobs) > 1:
+        with Pool(min(processes, len(jobs))) as pool:
+            per_region = dict(pool.map(_case_region_features, jobs, chunksize=4))
+    else:
+        per_region = dict(map(_case_region_features, jobs))
+    if hardness is not None and not hardness.empty:
+        hardness = hardness[hardness.index.isin(cases)]
+    table = features.feature_table(errors, per_region, hardness)
+    summary, annotated = summarise(table, source=source, min_size=min_size, max_groups=max_groups,
+                                   error_weight=error_weight, n_bootstrap=n_bootstrap, seed=seed,
+                                   not_used=NOT_USED + ("" if images else " No images given (-i): no intensity "
+                                                                          "features."))
+    if output is not None:
+        report.write_outputs(output, summary, annotated)
+    return summary
+
+
+def summarise(table: pd.DataFrame, *, source: str, min_size: int = 10, max_groups: int = 8, error_weight: int = 3,
+              n_bootstrap: int = 1000, seed: int = 0, not_used: str = "") -> tuple[dict, pd.DataFrame]:
+    """Cluster a feature table and describe each group: ``(summary, table with the group column,
+    membership probability and audit flags)``. Shared by the command and the benchmark script."""
+    found = clustering.discover_clusters(table, min_size=min_size, max_groups=max_groups,
+                                         error_weight=error_weight, seed=seed)
+    flags = description.audit_flags(table)
+    dice_columns = [c for c in table.columns if features.kind_of(c) == "dice"]
+    dice = table[dice_columns].rename(columns=features.region_of)
+    groups = []
+    for g in range(found.k):
+        in_group = found.labels == g
+        tail = description.tail_table(dice, in_group, n_bootstrap, seed) if dice_columns else pd.DataFrame()
+        groups.append({
+            "name": report.group_name(g), "size": int(in_group.sum()),
+            "cases": [str(c) for c in table.index[in_group]],
+            "features": description.distinguishing_features(table, in_group) if found.k > 1 else [],
+            "tail": tail.to_dict(orient="records"),
+            "suspect_labels": description.suspect_labels(flags, in_group),
+            "audit_flagged": int((flags[in_group] != "").sum()),
+            "shared_audit_flag": dict(zip(("flag", "share"), description.shared_flag(flags, in_group))),
+        })
+    kinds = list(dict.fromkeys(features.kind_of(c) for c in found.columns))
+    summary = {"n_cases": int(len(table)), "k": found.k, "groups": groups,
+               "criterion": found.criterion.to_dict(orient="records"),
+               "settings": {"source": source, "min_size": min_size, "max_groups": max_groups,
+                            "error_weight": error_weight, "n_bootstrap": n_bootstrap, "seed": seed,
+                            "feature_kinds": kinds, "error_columns": found.error_columns, "not_used": not_used}}
+    annotated = table.copy()
+    annotated[report.GROUP_COLUMN] = [report.group_name(g) for g in found.labels]
+    annotated["membership_probability"] = found.probabilities[np.arange(len(table)), found.labels]
+    annotated["label_audit"] = flags.reindex(annotated.index).fillna("")
+    return summary, annotated

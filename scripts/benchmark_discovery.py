@@ -1,0 +1,280 @@
+"""How well ``nnunet_dro discover`` finds a hidden subgroup where the truth is known.
+
+Real predictions only: the per-case Dice of trained networks on the synthetic fetal benchmark's
+larger test sets (``data_docs/benchmark_record/*/per_case_large_test.csv``, arm ERM; 100 test cases
+per condition), with the condition column hidden. The generator is seeded, so each larger test set
+is drawn again exactly (``generate_fetal_cohort(n_train=1, n_test=300, seed=cohort seed + 1000000)``,
+as ``Workspace.prepare_large_test`` does; every case's condition is checked against the record) to
+compute the reference volumes and the image intensity/contrast features. The record has no
+prediction files, so there are no predicted volumes and no HD95: the features are per-region Dice,
+Dice ranks, reference volumes, intensity and contrast.
+
+Two cohort mixes per network:
+
+- ``rare``: 100 control, 15 spina bifida, 10 other cases drawn from the set (the training mix
+  80/12/8 %), ``--draws`` draws per network;
+- ``balanced``: the whole set (a third each).
+
+Per cohort: our clustering (``discover`` defaults, ``--min-size`` = 4 % of the cases, at least 5),
+the best-matching cluster for "other" (highest F1) and its precision and recall, against two
+baselines: k-means on the per-region Dice alone (k by the best silhouette among 2..8 with the same
+minimum group size; best-matching cluster likewise), and the hardest 10 % of the cases by mean
+Dice. Also the clustering without the error up-weighting (``error_weight=1``). Intervals: 95 %
+percentile bootstrap over the networks (resampling networks, their draws averaged first).
+
+Planted label noise (record ``noise177_240``, seeds 13-15, 8 of 177 training labels corrupted as
+``label_noise.json`` says, regenerated and checked against its descriptions): the training cases'
+hardness from each DRO arm's ``dro_hardness.csv`` plus reference volumes and intensity features;
+does a group collect the noisy cases, and is it named "suspect labels"?
+
+One command::
+
+    python scripts/benchmark_discovery.py -o data_docs/benchmark_record/discovery
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")  # many small fits: BLAS threads only oversubscribe the cores
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from nnunet_dro.atomic import write_text_atomic  # noqa: E402
+from nnunet_dro.data.label_noise import KINDS, choose_noisy_cases, corrupt  # noqa: E402
+from nnunet_dro.data.synthetic_fetal import generate_fetal_cohort  # noqa: E402
+from nnunet_dro.discovery import clustering, description, features  # noqa: E402
+from nnunet_dro.evaluation.regions import PRESETS  # noqa: E402
+
+RECORD = REPO / "data_docs" / "benchmark_record"
+#: (record folder, seeds) of the networks whose larger test sets are recorded (arm ERM)
+NETWORKS = [("robustness177_240", (13, 14, 15, 16)), ("stability64_240", (0, 1, 2, 3)),
+            ("stability40_240", (0, 1, 2, 3))]
+LARGE_TEST_SEED_OFFSET = 1_000_000
+RARE_MIX = {"control": 100, "spina_bifida": 15, "other": 10}
+TARGET = "other"
+REGIONS = PRESETS["feta"].regions
+SPACING = (110.0 / 32,) * 3
+
+
+def region_feature_table(cases) -> pd.DataFrame:
+    return pd.DataFrame.from_dict({c.case: features.region_features(c.label, c.channels[0], None, REGIONS, SPACING)
+                                   for c in cases}, orient="index")
+
+
+_large_test_cache: dict[int, tuple[pd.DataFrame, pd.Series]] = {}
+
+
+def large_test(seed: int) -> tuple[pd.DataFrame, pd.Series]:
+    """Region features and condition of the larger test set of a cohort seed (drawn again)."""
+    if seed not in _large_test_cache:
+        cases = [c for c in generate_fetal_cohort(1, 300, 32, seed + LARGE_TEST_SEED_OFFSET) if c.split == "test"]
+        _large_test_cache[seed] = (region_feature_table(cases),
+                                   pd.Series({c.case: c.groups["condition"] for c in cases}))
+    return _large_test_cache[seed]
+
+
+def best_match(labels: np.ndarray, truth: np.ndarray) -> dict:
+    """Precision, recall and F1 of the cluster that matches ``truth`` best (highest F1)."""
+    best = {"precision": 0.0, "recall": 0.0, "f1": 0.0, "size": 0}
+    for g in np.unique(labels):
+        members = labels == g
+        hit = float((members & truth).sum())
+        if hit == 0:
+            continue
+        precision, recall = hit / members.sum(), hit / truth.sum()
+        f1 = 2 * precision * recall / (precision + recall)
+        if f1 > best["f1"]:
+            best = {"precision": precision, "recall": recall, "f1": f1, "size": int(members.sum())}
+    return best
+
+
+def kmeans_on_dice(dice: np.ndarray, min_size: int, seed: int) -> np.ndarray:
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import silhouette_score
+
+    scaled = (dice - dice.mean(axis=0)) / np.where(dice.std(axis=0) > 0, dice.std(axis=0), 1)
+    best = None
+    for k in range(2, 9):
+        labels = KMeans(k, n_init=10, random_state=seed).fit_predict(scaled)
+        if np.bincount(labels).min() < min_size:
+            continue
+        score = silhouette_score(scaled, labels)
+        if best is None or score > best[0]:
+            best = (score, labels)
+    return best[1] if best else np.zeros(len(dice), int)
+
+
+def evaluate_cohort(table: pd.DataFrame, truth: np.ndarray, seed: int) -> list[dict]:
+    min_size = max(5, round(0.04 * len(table)))
+    rows = []
+    for method, weight in (("discover", 3), ("discover_no_error_weight", 1)):
+        found = clustering.discover_clusters(table, min_size=min_size, error_weight=weight, seed=seed)
+        rows.append({"method": method, "k": found.k, **best_match(found.labels, truth)})
+    dice = table[[f"dice:{r.name}" for r in REGIONS]].to_numpy(float)
+    labels = kmeans_on_dice(dice, min_size, seed)
+    rows.append({"method": "kmeans_dice", "k": int(labels.max() + 1), **best_match(labels, truth)})
+    mean_dice = dice.mean(axis=1)
+    hardest = mean_dice <= np.sort(mean_dice)[int(np.ceil(0.1 * len(mean_dice))) - 1]
+    hit = float((hardest & truth).sum())
+    precision, recall = hit / hardest.sum(), hit / truth.sum()
+    rows.append({"method": "hardest10", "k": 1, "precision": precision, "recall": recall,
+                 "f1": 0.0 if hit == 0 else 2 * precision * recall / (precision + recall), "size": int(hardest.sum())})
+    return rows
+
+
+def hidden_group_runs(draws: int) -> pd.DataFrame:
+    rows = []
+    for record, seeds in NETWORKS:
+        per_case = pd.read_csv(RECORD / record / "per_case_large_test.csv", dtype={"case": str})
+        for seed in seeds:
+            own = per_case[(per_case["seed"] == seed) & (per_case["method"] == "ERM")]
+            errors = features.error_features(own)
+            region_table, condition = large_test(seed)
+            recorded = own.drop_duplicates("case").set_index("case")["condition"]
+            if not recorded.equals(condition.reindex(recorded.index)):
+                raise SystemExit(f"{record} seed {seed}: the regenerated larger test set's conditions differ from the "
+                                 f"record; the features would describe other images")
+            table = features.feature_table(errors, region_table.to_dict(orient="index"))
+            network = f"{record}/seed_{seed}"
+            full_truth = (condition.reindex(table.index) == TARGET).to_numpy()
+            for row in evaluate_cohort(table, full_truth, seed):
+                rows.append({"network": network, "mix": "balanced", "draw": 0, "n": len(table), **row})
+            rng = np.random.default_rng(seed)
+            for draw in range(draws):
+                chosen = np.concatenate([rng.choice(condition.index[condition == g].to_numpy(), n, replace=False)
+                                         for g, n in RARE_MIX.items()])
+                sub = table.loc[sorted(chosen)]
+                # the ranks are cohort ranks: computed again within the drawn cohort
+                sub = features.feature_table(features.error_features(own[own["case"].isin(chosen)]),
+                                             region_table.loc[sub.index].to_dict(orient="index"))
+                truth = (condition.reindex(sub.index) == TARGET).to_numpy()
+                for row in evaluate_cohort(sub, truth, seed * 100 + draw):
+                    rows.append({"network": network, "mix": "rare", "draw": draw, "n": len(sub), **row})
+            print(f"  {network} done", flush=True)
+    return pd.DataFrame(rows)
+
+
+def network_bootstrap(values: pd.Series, n: int = 10000, seed: int = 0) -> tuple[float, float, float]:
+    array = values.to_numpy(float)
+    rng = np.random.default_rng(seed)
+    means = rng.choice(array, (n, len(array))).mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(array.mean()), float(low), float(high)
+
+
+def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    per_network = runs.groupby(["mix", "method", "network"])[["precision", "recall", "f1", "k"]].mean().reset_index()
+    rows = []
+    for (mix, method), part in per_network.groupby(["mix", "method"]):
+        row = {"mix": mix, "method": method, "networks": len(part), "mean_k": float(part["k"].mean())}
+        for metric in ("precision", "recall", "f1"):
+            row[metric], row[f"{metric}_low"], row[f"{metric}_high"] = network_bootstrap(part[metric])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def noisy_training_labels(seed: int, record: list[dict]):
+    """The seed's training cases with the recorded corruptions made again (checked against the record)."""
+    cases = [c for c in generate_fetal_cohort(177, 60, 32, seed) if c.split == "train"]
+    groups = {c.case: c.groups["condition"] for c in cases}
+    by_case = {c.case: c for c in cases}
+    rng = np.random.default_rng(seed + 7919)
+    for i, case in enumerate(choose_noisy_cases(groups, len(record), ("spina_bifida", "other"), seed)):
+        seg = by_case[case].label.T  # label_noise works on the NIfTI array (x, y, z)
+        noisy, what = corrupt(seg, KINDS[i % len(KINDS)], rng, shift=max(2, min(seg.shape) // 8))
+        if record[i]["case"] != case or record[i]["what"] != what:
+            raise SystemExit(f"seed {seed}: regenerated label noise differs from the record at {case}")
+        by_case[case].label[...] = noisy.T
+    return cases
+
+
+def label_noise_runs() -> pd.DataFrame:
+    rows = []
+    folder = RECORD / "noise177_240" / "runs"
+    for seed_folder in sorted(folder.glob("seed_*")):
+        seed = int(seed_folder.name.split("_")[1])
+        record = json.loads((seed_folder / "label_noise.json").read_text())
+        noisy = {r["case"] for r in record}
+        cases = noisy_training_labels(seed, record)
+        region_table = region_feature_table(cases)
+        flags = description.audit_flags(region_table)
+        for path in sorted(seed_folder.glob("nnunet/nnUNet_results/*/*/fold_all/dro_hardness.csv")):
+            arm = path.parents[1].name.split("__")[0]
+            hardness = features.read_hardness([pd.read_csv(path, dtype={"case": str})])
+            table = hardness.join(region_table, how="inner")
+            truth = table.index.isin(noisy)
+            found = clustering.discover_clusters(table, min_size=5, seed=seed)
+            match = best_match(found.labels, truth)
+            groups_with_noise = sorted({int(g) for g in found.labels[truth]})
+            suspect = [int(g) for g in range(found.k) if description.suspect_labels(flags.reindex(table.index),
+                                                                                   found.labels == g)]
+            flagged = flags.reindex(table.index) != ""
+            rows.append({"seed": seed, "trainer": arm, "n": len(table), "k": found.k, **match,
+                         "hardest_group_noisy": int((found.labels[truth] == 0).sum()),
+                         "hardest_group_size": int((found.labels == 0).sum()),
+                         "groups_holding_noisy": ";".join(f"g{g + 1}" for g in groups_with_noise),
+                         "suspect_groups": ";".join(f"g{g + 1}" for g in suspect),
+                         "noisy_in_suspect": int(np.isin(found.labels[truth], suspect).sum()),
+                         "suspect_size": int(np.isin(found.labels, suspect).sum()),
+                         "audit_flags_noisy": int((flagged & truth).sum()), "audit_flags_clean": int((flagged & ~truth).sum()),
+                         "noisy_cases": len(noisy)})
+        print(f"  noise seed {seed} done", flush=True)
+    return pd.DataFrame(rows)
+
+
+def markdown(summary: pd.DataFrame, noise: pd.DataFrame, draws: int) -> str:
+    lines = ["# Discovery on the synthetic fetal benchmark (condition hidden)", "",
+             "Written by `python scripts/benchmark_discovery.py -o data_docs/benchmark_record/discovery`. Real "
+             "per-case Dice of 12 trained ERM networks on their larger test sets (record folders "
+             + ", ".join(f"{r} seeds {','.join(map(str, s))}" for r, s in NETWORKS) + "); images regenerated "
+             "from the seed (conditions checked). Features: per-region Dice and ranks, reference volumes, image "
+             "intensity and contrast (no predicted volumes, no HD95: the record has no prediction files). "
+             f"Best-matching cluster for `{TARGET}` (highest F1). `rare`: 100 control / 15 spina bifida / 10 other "
+             f"drawn from the set, {draws} draws per network; `balanced`: the 300 cases. Intervals: 95 % bootstrap "
+             "over the 12 networks.", "",
+             "| mix | method | mean k | precision [95% CI] | recall [95% CI] | F1 [95% CI] |", "|---|---|---|---|---|---|"]
+    for row in summary.sort_values(["mix", "method"]).itertuples():
+        cell = lambda m: f"{getattr(row, m):.2f} [{getattr(row, m + '_low'):.2f}, {getattr(row, m + '_high'):.2f}]"  # noqa: E731
+        lines.append(f"| {row.mix} | {row.method} | {row.mean_k:.1f} | {cell('precision')} | {cell('recall')} | "
+                     f"{cell('f1')} |")
+    lines += ["", "## Planted label noise (noise177_240: 8 of 177 training labels corrupted)", "",
+              "Features: the DRO trainer's per-case hardness (stale loss, share of draws) and the corrupted "
+              "references' volumes, intensity and contrast; min group size 5.", "",
+              "| seed | trainer | k | best cluster precision / recall (size) | noisy in g1 (g1 size) | groups holding noisy | "
+              "suspect-label groups (noisy / size) | audit flags noisy / clean |", "|---|---|---|---|---|---|---|---|"]
+    for row in noise.itertuples():
+        lines.append(f"| {row.seed} | {row.trainer} | {row.k} | {row.precision:.2f} / {row.recall:.2f} ({row.size}) | "
+                     f"{row.hardest_group_noisy} ({row.hardest_group_size}) | {row.groups_holding_noisy} | "
+                     f"{row.suspect_groups or '-'} ({row.noisy_in_suspect} / {row.suspect_size}) | {row.audit_flags_noisy} / {row.audit_flags_clean} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-o", type=Path, default=RECORD / "discovery")
+    parser.add_argument("--draws", type=int, default=5, help="rare-mix draws per network (default 5)")
+    args = parser.parse_args(argv)
+    runs = hidden_group_runs(args.draws)
+    summary = summarise_runs(runs)
+    noise = label_noise_runs()
+    args.o.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(args.o / "runs.csv", runs.to_csv(index=False, float_format="%.4f"))
+    write_text_atomic(args.o / "summary.csv", summary.to_csv(index=False, float_format="%.4f"))
+    write_text_atomic(args.o / "label_noise.csv", noise.to_csv(index=False, float_format="%.4f"))
+    text = markdown(summary, noise, args.draws)
+    write_text_atomic(args.o / "summary.md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,7 +34,8 @@ from nnunet_dro.evaluation.stats import percentile_column
 METRIC_TITLES = {"dice": "Dice (%)", "vs": "Volume similarity (%)", "hd95": "HD95 (mm)"}
 LOWER_IS_BETTER_METRICS = {"hd95"}
 SPREAD_COLUMNS = {"std", "iqr"}  # lower is better whatever the metric
-OUR_FILES = ("per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv")
+OUR_FILES = ("per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv", "runs.csv",
+             "runs.json")
 
 
 def is_report_file(name: str) -> bool:
@@ -109,6 +110,8 @@ def _write_all(folder: Path, result: EvaluationResult) -> None:
     result.summary.to_csv(folder / "summary.csv", index=False)
     if result.comparison is not None:
         result.comparison.to_csv(folder / "comparison.csv", index=False)
+    if result.runs is not None:  # several runs per method: runs.csv, runs.json (evaluation/runs.py)
+        result.runs.write(folder)
     (folder / "summary.json").write_text(summary_json(result), encoding="utf-8")
     (folder / "table.md").write_text(markdown_tables(result), encoding="utf-8")
     (folder / "table.tex").write_text(latex_tables(result), encoding="utf-8")
@@ -287,7 +290,20 @@ def markdown_tables(result: EvaluationResult, metrics: list[str] | None = None) 
             lines.append(f"| {group} | {method} | {region} | " + " | ".join(shown) + " |")
         lines.append("")
     lines += comparison_markdown(result, metrics)
+    if result.runs is not None:
+        lines += runs_markdown(result, metrics)
     return "\n".join(lines)
+
+
+def runs_markdown(result: EvaluationResult, metrics: list[str] | None = None) -> list[str]:
+    """The section 'Several trainings per method' (statistics over runs, :mod:`~.runs`)."""
+    from nnunet_dro.evaluation.runs import markdown_section
+
+    table = result.runs.table
+    if metrics is not None:
+        table = table[table["metric"].isin(metrics)]
+    return markdown_section(table, METRIC_TITLES, result.runs.settings["paired"], result.runs.settings["n_bootstrap"],
+                            {m: _decimals(m) for m in result.settings["metrics"]})
 
 
 def terminal_table(result: EvaluationResult) -> str:

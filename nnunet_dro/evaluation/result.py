@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from nnunet_dro.evaluation.regions import Region
+from nnunet_dro.evaluation.runs import RunsReport
 
 
 @dataclass
@@ -21,3 +22,4 @@ class EvaluationResult:
     regions: list[Region]
     group_columns: list[str] = field(default_factory=list)
     output_folder: str | None = None
+    runs: RunsReport | None = None  # several runs per method: the statistics over runs (runs.py)

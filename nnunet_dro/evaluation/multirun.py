@@ -18,6 +18,7 @@ Example (Python)::
 from __future__ import annotations
 
 import os
+import re
 from typing import Mapping, Sequence
 
 from nnunet_dro.errors import UserError
@@ -70,7 +71,14 @@ def evaluate_runs(reference: str | None, predictions: Mapping[str, Sequence[str]
         reports.check_report_folder(output)
     labels = {name: [run_label(name, k) for k in range(1, len(folders) + 1)] for name, folders in predictions.items()}
     flat = {label: folder for name, folders in predictions.items() for label, folder in zip(labels[name], folders)}
-    result = api.evaluate(reference, flat, None, n_bootstrap=0, **options)
+    try:
+        result = api.evaluate(reference, flat, None, n_bootstrap=0, **options)
+    except UserError as error:  # name the folder of each run the message speaks of
+        named = [f"{label} = {folder}" for label, folder in flat.items()
+                 if re.search(rf"(?<![\w#]){re.escape(label)}(?![\w#])", str(error))]
+        if not named:
+            raise
+        raise UserError(f"{error} ({'; '.join(named)})") from None
     resamples = n_bootstrap or DEFAULT_RUN_RESAMPLES
     settings = result.settings
     table = runs_table(result.per_case, labels, paired=paired, regions=[r.name for r in result.regions],

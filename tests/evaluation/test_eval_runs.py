@@ -1,5 +1,7 @@
 """Statistics over training runs (nnunet_dro.evaluation.runs) against direct computations and
 against synthetic runs with a known between-run variance (interval coverage)."""
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -178,3 +180,19 @@ def test_runs_table_rows_against_a_direct_computation():
     import json
     content = json.loads(report.json_text())
     assert content["statistics"][0]["per_run"] and len(content["statistics"]) == len(table)
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (3, 4, 1), (2, 3, 50), (4, 0)])
+def test_statistics_along_cases_equal_numpys_nan_aware_ones(shape):
+    rng = np.random.default_rng(sum(shape))
+    values = rng.normal(size=shape)
+    values[rng.random(shape) < 0.2] = np.nan
+    names = ["mean", "median", "p0", "p5", "p10", "p25", "p99", "p100"]
+    result = runs.statistics_along_cases(values, names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows
+        assert np.allclose(result["mean"], np.nanmean(values, axis=-1), equal_nan=True, atol=1e-12)
+        for name in names[1:]:
+            q = 50 if name == "median" else float(name[1:])
+            expected = np.nanpercentile(values, q, axis=-1) if shape[-1] else np.full(shape[:-1], np.nan)
+            assert np.allclose(result[name], expected, equal_nan=True, rtol=0, atol=1e-12), name

@@ -136,7 +136,7 @@ def test_missing_cases_in_one_run_follow_the_missing_policy(cohort, tmp_path):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith(PREFIX) and "ERM#2 has no prediction for 1 case(s)" in lines[-1]
-    assert "case_002" in lines[-1] and not out.exists()
+    assert "case_002" in lines[-1] and f"(ERM#2 = {partial})" in lines[-1] and not out.exists()
     done = run_cli("-ref", root / "ref", "-pred", pred, _pred(runs, "DRO"), "--paired-runs", "-o", out, "-np", "1",
                    "--missing", "skip", "--bootstrap", "50")
     assert done.returncode == 0, done.stderr

@@ -5,7 +5,8 @@ For every record folder under data_docs/benchmark_record/ and every per-case fil
 cases), every arm, group, region and statistic (mean, median, p25, p10, p5 of Dice): the
 difference to ERM seed by seed (the same seed's test cases, the cases both scored), its mean over
 seeds, the 95 % t-interval over seeds (Student t, k - 1 degrees of freedom; none with one seed),
-the sign count, and the noise floor where the record has reruns: ``ERM_repeat - ERM`` and
+the sign count; where the record has an ERM rerun, every arm against it too (kind "arm against
+ERM_repeat", its seeds only: like for like); and the noise floor where the record has reruns: ``ERM_repeat - ERM`` and
 ``DROAdaptive_repeat - DROAdaptive_untilLearned`` (the default trained twice), seed by seed.
 The statistics are those of ``nnunet_dro evaluate --paired-runs`` (nnunet_dro.evaluation.runs).
 
@@ -61,6 +62,8 @@ def intervals(per_case: pd.DataFrame, record: str, test_set: str) -> list[dict]:
     group_columns = [c for c in per_case.columns if c not in NOT_GROUPS]
     methods = list(dict.fromkeys(per_case["method"]))
     pairs = [("arm", m, REFERENCE) for m in methods if m not in (REFERENCE, "ERM_repeat") and REFERENCE in methods]
+    if "ERM_repeat" in methods:  # like for like: every arm against the ERM rerun, trained under the same conditions
+        pairs += [("arm against ERM_repeat", m, "ERM_repeat") for m in methods if m not in (REFERENCE, "ERM_repeat")]
     pairs += [("noise floor", rerun, first) for rerun, first in REPEATS.items() if rerun in methods and first in methods]
     rows = []
     groupings = [("all", "all", per_case)] + [(c, g, per_case[per_case[c] == g]) for c in group_columns

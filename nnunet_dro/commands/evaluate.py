@@ -40,7 +40,12 @@ def register(subparsers) -> None:
                              "only), or an nnU-Net trainer folder ($nnUNet_results/DatasetXXX_Name/"
                              "TRAINER__PLANS__CONFIG, with fold_N subfolders) for its cross-validation: every "
                              "fold_N/validation prediction. The first method is the reference of the paired "
-                             "comparison")
+                             "comparison. Several training runs of a method: NAME=DIR1,DIR2,... (statistics over "
+                             "runs in runs.csv, see --paired-runs)")
+    parser.add_argument("--paired-runs", action="store_true",
+                        help="with several runs per method (NAME=DIR1,DIR2,...): the k-th run of every method shares "
+                             "seed k (data split, initial weights), so differences are taken seed by seed, with a "
+                             "t-interval over seeds and a sign count. Every method needs the same number of runs")
     parser.add_argument("--folds", type=non_negative_int, nargs="+", default=None, metavar="N",
                         help="with a trainer folder in -pred: read only these folds' validation predictions and "
                              "evaluate only their cases. Default: every fold_N folder present, and then every case "
@@ -57,7 +62,8 @@ def register(subparsers) -> None:
                         help="N case-resampling bootstrap resamples give 95%% intervals of the mean and CVaR10 "
                              "(summary.csv), of the differences between methods (comparison.csv) and of the gap "
                              "between groups and its change (disparity.csv; cases resampled within groups). "
-                             "Default: 0 (off)")
+                             "Default: 0 (off); with several runs per method, the resamples of the intervals over "
+                             "runs and over test cases (default there: 2000)")
     parser.set_defaults(func=run)
 
 
@@ -77,12 +83,42 @@ def parse_predictions(values: list[str]) -> dict[str, str]:
     return predictions
 
 
+def parse_prediction_runs(values: list[str]) -> dict[str, list[str]]:
+    """``["ERM=a,b", "DRO=c,d"]`` -> ``{"ERM": ["a", "b"], "DRO": ["c", "d"]}``; a DIR that exists as
+    written stays one folder, commas and all."""
+    return {name: [path] if os.path.exists(path) or "," not in path else [p.strip() for p in path.split(",")]
+            for name, path in parse_predictions(values).items()}
+
+
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.evaluation import api, reports
+
+    runs = parse_prediction_runs(args.pred)
+    if args.paired_runs or any(len(folders) > 1 for folders in runs.values()):
+        return _run_several(args, runs)
 
     result = api.evaluate(args.ref, parse_predictions(args.pred), args.o, missing=args.missing,
                           num_processes=args.np, n_bootstrap=args.bootstrap, progress=True, folds=args.folds,
                           **evaluation_options(args))
     print(reports.terminal_table(result))
     print(f"Report written to {os.path.abspath(args.o)}", file=sys.stderr)
+    return 0
+
+
+def _run_several(args: argparse.Namespace, runs: dict[str, list[str]]) -> int:
+    from nnunet_dro.evaluation import multirun, reports
+    from nnunet_dro.evaluation.runs import terminal_lines
+
+    result = multirun.evaluate_runs(args.ref, runs, args.o, paired=args.paired_runs, missing=args.missing,
+                                    num_processes=args.np, n_bootstrap=args.bootstrap, progress=True,
+                                    folds=args.folds, **evaluation_options(args))
+    metric = result.settings["metrics"][0]
+    q = reports.comparison_percentile(result.settings["percentiles"])
+    statistics = ["mean"] + ([f"p{q:g}"] if q is not None else [])
+    print(reports.policy_line(result))
+    for line in terminal_lines(result.runs.table, statistics, metric, reports.METRIC_TITLES[metric],
+                               reports._decimals(metric)):
+        print(line)
+    print(f"Report written to {os.path.abspath(args.o)} (statistics over runs: runs.csv, runs.json, table.md)",
+          file=sys.stderr)
     return 0

@@ -43,7 +43,7 @@ METRIC_TITLES = {name: info.title for name, info in METRIC_INFO.items()}
 #: of zero is no achievement: an all-zero region would "win").
 RANKED_COLUMNS = {"mean", "median", CVAR_COLUMN}
 OUR_FILES = ("per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv",
-             "disparity.csv")
+             "disparity.csv", "runs.csv", "runs.json")
 FIGURE_PREFIXES = ("boxplots_", "disparity_")
 
 
@@ -121,6 +121,8 @@ def _write_all(folder: Path, result: EvaluationResult) -> None:
         result.comparison.to_csv(folder / "comparison.csv", index=False)
     if result.disparity is not None:
         result.disparity.to_csv(folder / "disparity.csv", index=False)
+    if result.runs is not None:  # several runs per method: runs.csv, runs.json (evaluation/runs.py)
+        result.runs.write(folder)
     (folder / "summary.json").write_text(summary_json(result), encoding="utf-8")
     (folder / "table.md").write_text(markdown_tables(result), encoding="utf-8")
     (folder / "table.tex").write_text(latex_tables(result), encoding="utf-8")
@@ -312,6 +314,8 @@ def markdown_tables(result: EvaluationResult, metrics: list[str] | None = None) 
         lines.append("")
     lines += comparison_markdown(result, metrics)
     lines += disparity_markdown(result, metrics)
+    if result.runs is not None:
+        lines += runs_markdown(result, metrics)
     return "\n".join(lines)
 
 
@@ -409,6 +413,17 @@ def gap_lines(result: EvaluationResult, metric: str) -> list[str]:
         out.append(f"Gap by {column} ({METRIC_TITLES[metric]}, best - worst group mean, change vs {base}): "
                    + "; ".join(parts) + ".")
     return out
+
+
+def runs_markdown(result: EvaluationResult, metrics: list[str] | None = None) -> list[str]:
+    """The section 'Several trainings per method' (statistics over runs, :mod:`~.runs`)."""
+    from nnunet_dro.evaluation.runs import markdown_section
+
+    table = result.runs.table
+    if metrics is not None:
+        table = table[table["metric"].isin(metrics)]
+    return markdown_section(table, METRIC_TITLES, result.runs.settings["paired"], result.runs.settings["n_bootstrap"],
+                            {m: _decimals(m) for m in result.settings["metrics"]})
 
 
 def terminal_table(result: EvaluationResult) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from nnunet_dro.evaluation.regions import Region
+from nnunet_dro.evaluation.runs import RunsReport
 
 
 @dataclass
@@ -22,3 +23,4 @@ class EvaluationResult:
     group_columns: list[str] = field(default_factory=list)
     output_folder: str | None = None
     disparity: pd.DataFrame | None = None  # with a group table: gap between groups (evaluation.disparity)
+    runs: RunsReport | None = None  # several runs per method: the statistics over runs (runs.py)

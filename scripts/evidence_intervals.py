@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+from nnunet_dro.evaluation.runs import t_interval
 
 RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
 OUTPUT = RECORD / "evidence_intervals.csv"
@@ -95,17 +96,14 @@ def per_run_statistics(per_case: pd.DataFrame) -> pd.DataFrame:
 
 
 def interval_over_seeds(gains: np.ndarray) -> tuple[float, float]:
-    """95 % t-interval of the mean over seeds; (nan, nan) with fewer than two seeds.
+    """95 % t-interval of the mean over seeds (the product's ``nnunet_dro.evaluation.runs.t_interval``,
+    which ``nnunet_dro evaluate --paired-runs`` gives); (nan, nan) with fewer than two seeds.
 
     >>> low, high = interval_over_seeds(np.array([1.0, 2.0, 3.0]))
     >>> round(low, 2), round(high, 2)
     (-0.48, 4.48)
     """
-    k = len(gains)
-    if k < 2:
-        return float("nan"), float("nan")
-    half = stats.t.ppf(0.975, k - 1) * np.std(gains, ddof=1) / np.sqrt(k)
-    return float(np.mean(gains) - half), float(np.mean(gains) + half)
+    return t_interval(gains)
 
 
 def gains_over_seeds(runs: pd.DataFrame, record: str, baseline: str = "ERM") -> list[dict]:

@@ -353,7 +353,7 @@ class GPUCheck:
 
     def make_cohort(self) -> str:
         s = self.sizes
-        self.cli(tool("nnunet_dro"), "make-synthetic", "--kind", "fetal", "-d", DATASET_ID, "-n", "GPUCheckFetal",
+        self.cli(tool("nnunet_dro"), "make-synthetic", "--kind", "fetal", "--id", DATASET_ID, "-n", "GPUCheckFetal",
                  "--n-train", s.n_train, "--n-test", s.n_test, "--size", s.size, "--overwrite", log="make-synthetic")
         procs = max(2, min(8, os.cpu_count() or 2))
         self.cli(tool("nnUNetv2_plan_and_preprocess"), "-d", DATASET_ID, "-c", "3d_fullres", "-np", procs,

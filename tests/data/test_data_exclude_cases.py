@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,22 @@ def test_cli_bad_input_is_a_one_line_error_and_writes_nothing(small_raw, args, m
     assert result.returncode == 2, result.stdout
     assert result.stderr.strip().count("\n") == 0 and message in result.stderr, result.stderr
     assert listing(raw) == before
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-d", "209", "--cases", "fetal_000", "--id", "203"], "-d 209: no dataset of that ID or name in nnUNet_raw="),
+    (["-d", "201", "--cases", "fetal_000"], "give the ID of the dataset to write: --id ID"),
+    (["--cases", "fetal_000", "--id", "203"], "give the input dataset: -d ID_OR_NAME"),
+])
+def test_cli_input_dataset_by_id_or_name(small_raw, args, message):
+    """-d is the input dataset (ID or name) as in nnU-Net; --id the dataset written."""
+    raw = small_raw
+    before = listing(raw)
+    result = run_converter("exclude-cases", *args, raw=raw)
+    assert result.returncode == 2 and message in result.stderr and result.stderr.strip().count("\n") == 0
+    assert listing(raw) == before
+    for dataset, target in (("201", 203), ("Dataset201_Fetal", 204)):
+        done = run_converter("exclude-cases", "-d", dataset, "--cases", "fetal_000", "--id", str(target), "-n", "X",
+                             raw=raw)
+        assert done.returncode == 0 and (raw / f"Dataset{target}_X").is_dir(), done.stderr
+        shutil.rmtree(raw / f"Dataset{target}_X")

@@ -194,7 +194,7 @@ class Workspace:
         generated = not (self.raw / "dataset.json").is_file()
         if generated:
             self.echo(f"  cohort: {c.n_train} train + {c.n_test} test cases of {c.size}^3, seed {c.seed}")
-            run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(self.dataset_id), "-n",
+            run_python_cli(["make-synthetic", "--kind", "fetal", "--id", str(self.dataset_id), "-n",
                             self.raw.name.split("_", 1)[1], "--n-train", str(c.n_train), "--n-test", str(c.n_test),
                             "--size", str(c.size), "--seed", str(c.seed), "--overwrite"], self.env, self.log_file)
         subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
@@ -493,7 +493,7 @@ class Workspace:
         raw = self.large_test_raw(dataset_id)
         if not (raw / "dataset.json").is_file():
             self.echo(f"  larger test set: {per_group} cases per condition, seed {wanted['seed']}")
-            run_python_cli(["make-synthetic", "--kind", "fetal", "-d", str(dataset_id), "-n", raw.name.split("_", 1)[1],
+            run_python_cli(["make-synthetic", "--kind", "fetal", "--id", str(dataset_id), "-n", raw.name.split("_", 1)[1],
                             "--n-train", "1", "--n-test", str(per_group * 3), "--size", str(c.size),
                             "--seed", str(wanted["seed"]), "--overwrite"], self.env, self.log_file)
         write_split_table(read_subgroups(raw / SUBGROUPS_FILENAME), "test", self.folder / "subgroups_large_test.tsv")

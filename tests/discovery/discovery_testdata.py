@@ -27,7 +27,7 @@ def run_cli(args, env=None, check=True) -> subprocess.CompletedProcess:
 
 def make_cohort(root: Path, n_test: int = 60, seed: int = 3) -> Path:
     """``make-synthetic --kind fetal`` under ``root/raw``; returns the dataset folder."""
-    run_cli(["make-synthetic", "--kind", "fetal", "-d", 901, "-n", "Disc", "--n-train", 4, "--n-test", n_test,
+    run_cli(["make-synthetic", "--kind", "fetal", "--id", 901, "-n", "Disc", "--n-train", 4, "--n-test", n_test,
              "--size", 32, "--seed", seed, "--overwrite"], env={"nnUNet_raw": str(root / "raw")})
     return root / "raw" / "Dataset901_Disc"
 

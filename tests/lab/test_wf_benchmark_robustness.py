@@ -237,7 +237,7 @@ def test_seeded_budget_trainers_start_from_the_same_weights(tmp_path):
            "OMP_NUM_THREADS": "1"}
     env.pop("nnUNet_dro_seed", None)
     bin_dir = Path(sys.executable).parent
-    subprocess.run([sys.executable, "-m", "nnunet_dro", "make-synthetic", "--kind", "fetal", "-d", "993",
+    subprocess.run([sys.executable, "-m", "nnunet_dro", "make-synthetic", "--kind", "fetal", "--id", "993",
                     "--n-train", "3", "--n-test", "0", "--size", "16"], env=env, check=True, capture_output=True)
     subprocess.run([str(bin_dir / "nnUNetv2_plan_and_preprocess"), "-d", "993", "-c", "3d_fullres", "-np", "1",
                     "-npfp", "1"], env=env, check=True, capture_output=True)

@@ -246,6 +246,12 @@ def compatibility_problems() -> List[str]:
     if missing:
         problems.append(f"nnUNetTrainer.save_checkpoint no longer writes {', '.join(missing)}: update "
                         f"nnunet_compat.checkpoint_contents / apply_checkpoint")
+    from dynamic_network_architectures.building_blocks.unet_decoder import UNetDecoder
+    decoder_init = inspect.getsource(UNetDecoder.__init__)
+    decoder_forward = inspect.getsource(UNetDecoder.forward)
+    if "self.seg_layers =" not in decoder_init or "seg_outputs[::-1]" not in decoder_forward:
+        problems.append("UNetDecoder no longer keeps its heads in seg_layers, called lowest resolution first: update "
+                        "nnunet_compat.captured_head_inputs (GI-LS trainers)")
     classes = {"DC_and_CE_loss": compound_losses.DC_and_CE_loss, "DC_and_BCE_loss": compound_losses.DC_and_BCE_loss,
                "MemoryEfficientSoftDiceLoss": dice.MemoryEfficientSoftDiceLoss,
                "DeepSupervisionWrapper": deep_supervision.DeepSupervisionWrapper}

@@ -85,11 +85,14 @@ def build_trainer(cls, dataset_id: int, device: str = "cpu"):
     return trainer
 
 
-def interleaved_step_times(trainers: dict, warmup: int, n: int, sync=lambda: None) -> dict[str, list[float]]:
+def interleaved_step_times(trainers: dict, warmup: int, n: int, sync=lambda: None,
+                           clock=time.perf_counter) -> dict[str, list[float]]:
     """Seconds of ``train_step`` per trainer, the trainers stepped in turn (the order alternating
     every iteration, so load drifts hit all alike), batches fetched outside the timed region,
     ``sync()`` (e.g. ``torch.cuda.synchronize``) around each step; the first ``warmup`` iterations
-    are not kept."""
+    are not kept. ``clock``: wall time by default; ``time.process_time`` counts this process's CPU
+    seconds only (with one torch thread and no augmentation workers, the step's own work, much less
+    disturbed by other load on a shared machine)."""
     times = {name: [] for name in trainers}
     order = list(trainers)
     for it in range(warmup + n):
@@ -97,11 +100,11 @@ def interleaved_step_times(trainers: dict, warmup: int, n: int, sync=lambda: Non
             trainer = trainers[name]
             batch = next(trainer.dataloader_train)
             sync()
-            start = time.perf_counter()
+            start = clock()
             trainer.train_step(batch)
             sync()
             if it >= warmup:
-                times[name].append(time.perf_counter() - start)
+                times[name].append(clock() - start)
     return times
 
 
@@ -180,6 +183,9 @@ def main(argv=None) -> int:
     parser.add_argument("--trainers", default="nnUNetTrainerDRO,nnUNetTrainerDROAdaptive",
                         help="comma-separated trainer classes of nnunet_dro.training to time against "
                              "nnUNetTrainer (default nnUNetTrainerDRO,nnUNetTrainerDROAdaptive)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="time the steps by wall time (default) or by this process's CPU time (steadier on a "
+                             "loaded machine; with --threads 1)")
     args = parser.parse_args(argv)
 
     os.environ["nnUNet_n_proc_DA"] = "0"
@@ -212,12 +218,14 @@ def main(argv=None) -> int:
     trainers = {"ERM nnUNetTrainer": build_trainer(nnUNetTrainer, dataset_id)}
     for name in names:
         trainers[name] = build_trainer(getattr(training, name), dataset_id)
-    times = interleaved_step_times(trainers, args.warmup, args.n)
+    times = interleaved_step_times(trainers, args.warmup, args.n,
+                                   clock=time.process_time if args.clock == "cpu" else time.perf_counter)
     erm = trainers["ERM nnUNetTrainer"]
     patch = erm.configuration_manager.patch_size
     num_cases = len(erm.get_tr_and_val_datasets()[0].identifiers)
     print(f"dataset {dataset_id}, patch {patch}, batch {erm.batch_size}, {num_cases} training "
-          f"cases, {args.n} timed iterations each (interleaved), torch threads {args.threads}")
+          f"cases, {args.n} timed iterations each (interleaved), torch threads {args.threads}, "
+          f"{'CPU' if args.clock == 'cpu' else 'wall'} time")
     medians = {}
     for name, values in times.items():
         q1, q3 = np.percentile(values, [25, 75])

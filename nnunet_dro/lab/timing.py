@@ -32,11 +32,14 @@ def build_trainer(cls, dataset_id: int, device: str = "cpu"):
     return trainer
 
 
-def interleaved_step_times(trainers: dict, warmup: int, n: int, sync=lambda: None) -> dict[str, list[float]]:
+def interleaved_step_times(trainers: dict, warmup: int, n: int, sync=lambda: None,
+                           clock=time.perf_counter) -> dict[str, list[float]]:
     """Seconds of ``train_step`` per trainer, the trainers stepped in turn (the order alternating
     every iteration, so load drifts hit all alike), batches fetched outside the timed region,
     ``sync()`` (e.g. ``torch.cuda.synchronize``) around each step; the first ``warmup`` iterations
-    are not kept."""
+    are not kept. ``clock``: wall time by default; ``time.process_time`` counts this process's CPU
+    seconds only (with one torch thread and no augmentation workers, the step's own work, much less
+    disturbed by other load on a shared machine)."""
     times = {name: [] for name in trainers}
     order = list(trainers)
     for it in range(warmup + n):
@@ -44,11 +47,11 @@ def interleaved_step_times(trainers: dict, warmup: int, n: int, sync=lambda: Non
             trainer = trainers[name]
             batch = next(trainer.dataloader_train)
             sync()
-            start = time.perf_counter()
+            start = clock()
             trainer.train_step(batch)
             sync()
             if it >= warmup:
-                times[name].append(time.perf_counter() - start)
+                times[name].append(clock() - start)
     return times
 
 

@@ -19,6 +19,11 @@ What is mirrored:
 - **nnU-Net's loss objects**: :mod:`nnunet_dro.training.losses` reads the attributes of
   ``DC_and_CE_loss``, ``DC_and_BCE_loss``, ``MemoryEfficientSoftDiceLoss`` and
   ``DeepSupervisionWrapper``; the attribute names are listed in :data:`LOSS_ATTRIBUTES`.
+- **The segmentation heads** (:func:`segmentation_heads`, :func:`captured_head_inputs`): the
+  ``decoder.seg_layers`` of dynamic_network_architectures' ``UNetDecoder`` (nnU-Net's plain and
+  residual-encoder U-Nets), one 1x1(x1) convolution per deep-supervision scale, called lowest
+  resolution first while nnU-Net's outputs list the highest first; the GI-LS trainers perturb what
+  enters them.
 - **The trainer's constructor signature** ``(plans, configuration, fold, dataset_json, device)``:
   nnU-Net records the subclass's arguments by name for checkpoints and ``nnUNetv2_predict``.
 - **Model folders, trainer lookup and the inference network** (for ``nnunet_dro export``):
@@ -32,7 +37,8 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any, Callable, Dict, List, Tuple
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import torch
 from batchgenerators.dataloading.nondet_multi_threaded_augmenter import NonDetMultiThreadedAugmenter
@@ -182,6 +188,47 @@ def build_dataloaders(trainer: nnUNetTrainer, make_train_loader: Callable[..., n
     return mt_gen_train, mt_gen_val
 
 
+def segmentation_heads(network: torch.nn.Module) -> torch.nn.ModuleList:
+    """The segmentation heads of an nnU-Net network (``decoder.seg_layers``; DDP and torch.compile
+    wrappers removed); a clear error for an architecture without them."""
+    module = network.module if isinstance(network, torch.nn.parallel.DistributedDataParallel) else network
+    module = module._orig_mod if isinstance(module, OptimizedModule) else module
+    heads = getattr(getattr(module, "decoder", None), "seg_layers", None)
+    if not isinstance(heads, torch.nn.ModuleList) or len(heads) == 0:
+        raise RuntimeError(f"{type(module).__name__} has no decoder.seg_layers (the segmentation heads of "
+                           f"dynamic_network_architectures' UNetDecoder); the GI-LS trainers need them")
+    return heads
+
+
+@contextmanager
+def captured_head_inputs(network: torch.nn.Module) -> Iterator[List[Tuple[torch.nn.Module, torch.Tensor]]]:
+    """While active, every call of a segmentation head appends ``(head, its input)`` to the yielded
+    list; on exit the list is put in the order of nnU-Net's outputs (highest resolution first; the
+    decoder calls the heads lowest first). The inputs keep their graph, so a loss computed from
+    ``head(input + delta)`` back-propagates into the body. Only for eager networks: hooks are not
+    traced by torch.compile in a way this relies on.
+
+    >>> import torch
+    >>> from dynamic_network_architectures.architectures.unet import PlainConvUNet
+    >>> net = PlainConvUNet(1, 3, (4, 8, 16), torch.nn.Conv2d, 3, (1, 2, 2), 1, 2, 1, deep_supervision=True)
+    >>> with captured_head_inputs(net) as captured:
+    ...     outputs = net(torch.randn(1, 1, 16, 16))
+    >>> [tuple(z.shape) for _, z in captured], [tuple(o.shape) for o in outputs]
+    ([(1, 4, 16, 16), (1, 8, 8, 8)], [(1, 2, 16, 16), (1, 2, 8, 8)])
+    >>> all(torch.equal(head(z), o) for (head, z), o in zip(captured, outputs))
+    True
+    """
+    captured: List[Tuple[torch.nn.Module, torch.Tensor]] = []
+    handles = [head.register_forward_hook(lambda module, inputs, output: captured.append((module, inputs[0])))
+               for head in segmentation_heads(network)]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+        captured.reverse()
+
+
 def _parameters(function) -> List[str]:
     return list(inspect.signature(function).parameters)
 
@@ -212,6 +259,12 @@ def compatibility_problems() -> List[str]:
     if missing:
         problems.append(f"nnUNetTrainer.save_checkpoint no longer writes {', '.join(missing)}: update "
                         f"nnunet_compat.checkpoint_contents / apply_checkpoint")
+    from dynamic_network_architectures.building_blocks.unet_decoder import UNetDecoder
+    decoder_init = inspect.getsource(UNetDecoder.__init__)
+    decoder_forward = inspect.getsource(UNetDecoder.forward)
+    if "self.seg_layers =" not in decoder_init or "seg_outputs[::-1]" not in decoder_forward:
+        problems.append("UNetDecoder no longer keeps its heads in seg_layers, called lowest resolution first: update "
+                        "nnunet_compat.captured_head_inputs (GI-LS trainers)")
     classes = {"DC_and_CE_loss": compound_losses.DC_and_CE_loss, "DC_and_BCE_loss": compound_losses.DC_and_BCE_loss,
                "MemoryEfficientSoftDiceLoss": dice.MemoryEfficientSoftDiceLoss,
                "DeepSupervisionWrapper": deep_supervision.DeepSupervisionWrapper}

@@ -167,6 +167,11 @@ class nnUNetTrainerPerSampleLoss(nnUNetTrainerConfigurableSGD):
             target = target.to(self.device, non_blocking=True)
         return data, target
 
+    def _forward_per_sample(self, data: torch.Tensor, target) -> torch.Tensor:
+        """The network's forward pass and the per-sample training loss ``(b,)`` (called inside the
+        autocast context of the step); the GI-LS trainers perturb the features here."""
+        return self.per_sample_loss(self.network(data), target)
+
     def _optimizer_step(self, l: torch.Tensor) -> None:
         """nnU-Net's backward and optimiser step for the loss ``l`` (gradients already zeroed)."""
         if self.grad_scaler is not None:
@@ -405,8 +410,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         self.optimizer.zero_grad(set_to_none=True)
         # autocast only on CUDA, as in nnU-Net
         with autocast(self.device.type, enabled=True) if self.device.type == 'cuda' else dummy_context():
-            output = self.network(data)
-            per_sample = self.per_sample_loss(output, target)
+            per_sample = self._forward_per_sample(data, target)
             if early is None:
                 # the weights need the fresh losses on the host: one small device->host copy of b
                 # values, which waits for the forward pass

@@ -45,6 +45,9 @@ variant below samples robustly from the first epoch, as the default did when the
 | nnUNetTrainerDROAdaptive_trim5   | the default, its hardest 5 % of cases drawn at the uniform rate (outlier trim, for dirty labels) | off | 5 / n |
 | nnUNetTrainerDROAdaptive_kappa1  | the paper's rule of thumb instead: beta = 1 / std(L), <= 100 | off  | no cap    |
 
+GI-LS (feature-map DRO with label smoothing, docs/methods.md): ``nnUNetTrainerDROLS_T1`` is
+``nnUNetTrainerDROLS`` with one ascent step instead of six.
+
 Every class inherits the constructor of its base unchanged: nnU-Net records the constructor's
 arguments by name for checkpoints, so subclasses must not define ``__init__(*args, **kwargs)``.
 """

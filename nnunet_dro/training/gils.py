@@ -1,0 +1,163 @@
+"""DRO with label smoothing (GI-LS; Wang et al., "Generalizing Few Data to Unseen Domains Flexibly
+Based on Label Smoothing Integrated with Distributionally Robust Optimization", arXiv:2408.05082)
+as nnU-Net trainers: the features entering each segmentation head are moved to the worst case in a
+Wasserstein ball (its Lagrangian penalty ``gamma / 2 ||z - z0||^2``) before the loss is taken.
+
+Per iteration (docs/methods.md#dro-with-label-smoothing-gi-ls):
+
+1. nnU-Net's forward pass; forward hooks (:func:`~nnunet_dro.training.nnunet_compat.captured_head_inputs`)
+   keep the input ``z0`` of every segmentation head (one 1x1x1 convolution per deep-supervision scale).
+2. The inner stage, per scale with a non-zero deep-supervision weight: ``gils_steps`` gradient-ascent
+   steps of size ``gils_step_size`` on the detached ``z0`` through that head alone
+   (:func:`~nnunet_dro.training.feature_ascent.ascend_features`, float32, per voxel), on the
+   per-sample loss with label-smoothed CE (``gils_alpha``) plus nnU-Net's unsmoothed Dice.
+3. The outer stage: the same loss at the perturbed features ``head(z0 + delta)`` (the gradient reaches
+   the body through ``z0`` and the head through its weights), averaged with the loss at the clean
+   features with weight ``gils_clean_weight`` (the paper trains on both), with nnU-Net's
+   deep-supervision weights; nnU-Net's step (GradScaler on CUDA, clipping at 12).
+
+Per-sample losses throughout, so the same step serves the hardness weighted sampler:
+``nnUNetTrainerDROLS_DRO`` draws the cases as ``nnUNetTrainerDROAdaptive`` does and perturbs their
+features. Validation (nnU-Net's loss, pseudo-Dice), inference and checkpoints are nnU-Net's; the
+networks train eager (torch.compile off: the hooks need the eager module). Variants set attributes::
+
+    from nnunet_dro.training import nnUNetTrainerDROLS
+
+    class nnUNetTrainerDROLS_T5(nnUNetTrainerDROLS):
+        gils_steps = 5
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+import torch
+from torch import autocast, nn
+
+from nnunetv2.utilities.helpers import dummy_context
+
+from nnunet_dro.training.feature_ascent import ascend_features
+from nnunet_dro.training.losses import PerSampleDCandCELoss, PerSampleDeepSupervisionLoss
+from nnunet_dro.training.nnunet_compat import captured_head_inputs, segmentation_heads
+from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive, nnUNetTrainerPerSampleLoss
+
+
+class FeaturePerturbation:
+    """The GI-LS step for a per-sample-loss trainer (a mixin: put it before the trainer base).
+
+    Attributes (defaults and their sources: docs/methods.md):
+
+    - ``gils_steps`` (T): ascent steps per iteration (paper's search range 1-15, Section 4.2).
+    - ``gils_step_size`` (eta): ascent step size (paper's range 1.5-3.0, Section 4.2).
+    - ``gils_gamma``: transport penalty (paper: 1e-3, Section 4.2).
+    - ``gils_alpha``: label smoothing of the CE term, torch's convention (target ``1 - alpha + alpha/k``);
+      the Dice term is not smoothed.
+    - ``gils_clean_weight``: weight of the loss at the clean features in the step (0: perturbed only).
+    """
+
+    gils_steps: int = 6
+    gils_step_size: float = 1.5
+    gils_gamma: float = 1e-3
+    gils_alpha: float = 0.1
+    gils_clean_weight: float = 0.5
+
+    def initialize(self):
+        self._check_gils_settings()
+        super().initialize()
+        segmentation_heads(self.network)  # a clear error now for an architecture without heads
+        self.print_to_log_file(
+            f"GI-LS: {self.gils_steps} ascent step(s) of size {self.gils_step_size:g} on the features entering the "
+            f"segmentation heads, gamma {self.gils_gamma:g}, CE label smoothing {self.gils_alpha:g} (Dice unsmoothed), "
+            f"clean-feature loss weight {self.gils_clean_weight:g}; torch.compile off")
+
+    def _check_gils_settings(self) -> None:
+        name = type(self).__name__
+        if not (isinstance(self.gils_steps, (int, np.integer)) and self.gils_steps >= 0):
+            raise RuntimeError(f"{name}.gils_steps = {self.gils_steps!r}: expected an integer >= 0")
+        for attr in ("gils_step_size", "gils_gamma"):
+            if not float(getattr(self, attr)) >= 0:
+                raise RuntimeError(f"{name}.{attr} = {getattr(self, attr)!r}: expected a number >= 0")
+        if not 0 <= float(self.gils_alpha) < 1:
+            raise RuntimeError(f"{name}.gils_alpha = {self.gils_alpha!r}: expected 0 <= alpha < 1")
+        if not 0 <= float(self.gils_clean_weight) <= 1:
+            raise RuntimeError(f"{name}.gils_clean_weight = {self.gils_clean_weight!r}: expected a weight in [0, 1]")
+
+    def _do_i_compile(self):
+        # the capture hooks and the re-run heads need the eager network
+        return False
+
+    def _build_per_sample_loss(self, nnunet_loss: nn.Module) -> nn.Module:
+        per_sample = super()._build_per_sample_loss(nnunet_loss)
+        deep = isinstance(per_sample, PerSampleDeepSupervisionLoss)
+        inner = per_sample.loss if deep else per_sample
+        if not isinstance(inner, PerSampleDCandCELoss):
+            raise RuntimeError(f"{type(self).__name__}: GI-LS smooths the softmax cross-entropy of label maps; this "
+                               f"configuration trains regions with sigmoid BCE ({type(inner).__name__}), which it "
+                               f"does not support")
+        inner.label_smoothing = float(self.gils_alpha)
+        self._gils_scale_loss = inner
+        self._gils_weights = per_sample.weight_factors if deep else (1.0,)
+        return per_sample
+
+    def on_train_epoch_start(self):
+        super().on_train_epoch_start()
+        self._gils_epoch = {"shift": [], "perturbed": [], "clean": []}
+
+    def _forward_per_sample(self, data: torch.Tensor, target) -> torch.Tensor:
+        with captured_head_inputs(self.network) as captured:
+            output = self.network(data)
+        deep = isinstance(output, (list, tuple))
+        outputs = list(output) if deep else [output]
+        targets = list(target) if isinstance(target, (list, tuple)) else [target]
+        if len(captured) != len(outputs):
+            raise RuntimeError(f"GI-LS: {len(captured)} segmentation-head calls for {len(outputs)} network outputs")
+        perturbed_outputs: List[torch.Tensor] = []
+        shift: Optional[torch.Tensor] = None
+        for (head, z0), out, tgt, weight in zip(captured, outputs, targets, self._gils_weights):
+            if weight == 0:  # skipped by the loss, as by nnU-Net's
+                perturbed_outputs.append(out)
+                continue
+            delta = ascend_features(z0, head, lambda o, t=tgt: self._gils_scale_loss(o, t), self.gils_steps,
+                                    self.gils_step_size, self.gils_gamma, scale=float(z0[0, 0].numel()))
+            if shift is None:  # the finest scale, for the log
+                shift = delta.flatten(1).norm(dim=1) / z0.detach().float().flatten(1).norm(dim=1).clamp_min(1e-12)
+            perturbed_outputs.append(head(z0 + delta.to(z0.dtype)))
+        perturbed = self.per_sample_loss(perturbed_outputs if deep else perturbed_outputs[0], target)
+        c = float(self.gils_clean_weight)
+        clean = self.per_sample_loss(output, target) if c > 0 else None
+        stats = getattr(self, "_gils_epoch", None)
+        if stats is not None:
+            stats["perturbed"].append(float(perturbed.detach().float().mean()))
+            if clean is not None:
+                stats["clean"].append(float(clean.detach().float().mean()))
+            if shift is not None:
+                stats["shift"].append(float(shift.mean()))
+        return perturbed if clean is None else (1 - c) * perturbed + c * clean
+
+    def on_train_epoch_end(self, train_outputs):
+        super().on_train_epoch_end(train_outputs)
+        stats = getattr(self, "_gils_epoch", None)
+        if stats and stats["perturbed"]:
+            clean = f", at the clean features {np.mean(stats['clean']):.4f}" if stats["clean"] else ""
+            shift = f"{np.mean(stats['shift']):.3f}" if stats["shift"] else "n/a"
+            self.print_to_log_file(f"GI-LS: feature shift ||delta|| / ||z0|| at the finest scale {shift} (mean); "
+                                   f"training loss at the perturbed features {np.mean(stats['perturbed']):.4f}{clean}")
+
+
+class nnUNetTrainerDROLS(FeaturePerturbation, nnUNetTrainerPerSampleLoss):
+    """GI-LS on nnU-Net's uniform sampling: the step minimises the batch mean of the per-sample GI-LS
+    loss (:class:`FeaturePerturbation` holds the attributes)."""
+
+    def train_step(self, batch: dict) -> dict:
+        data, target = self._to_device(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast(self.device.type, enabled=True) if self.device.type == 'cuda' else dummy_context():
+            l = self._forward_per_sample(data, target).mean()
+        self._optimizer_step(l)
+        return {'loss': l.detach().cpu().numpy()}
+
+
+class nnUNetTrainerDROLS_DRO(FeaturePerturbation, nnUNetTrainerDROAdaptive):
+    """GI-LS on hardness weighted sampling: the cases are drawn and weighted as by
+    ``nnUNetTrainerDROAdaptive`` (its ERM phase, cap and guard included) from their per-sample GI-LS
+    losses, and their features are perturbed as by ``nnUNetTrainerDROLS``."""

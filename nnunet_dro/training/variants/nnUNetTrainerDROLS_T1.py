@@ -1,0 +1,6 @@
+"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+from nnunet_dro.training.gils import nnUNetTrainerDROLS
+
+
+class nnUNetTrainerDROLS_T1(nnUNetTrainerDROLS):
+    gils_steps = 1

@@ -56,7 +56,7 @@ def test_help_follows_the_convention(command):
             assert options[option].dest in dests, (command, option, options[option].dest)
     mentioned = set()
     for line in help_text.splitlines():
-        for match in re.finditer(r"(?<![\w$/-])(--?[a-z][a-z_-]*[a-z])\b", line):
+        for match in re.finditer(r"(?<![\w$/-])(--?[a-z][a-z0-9_-]*[a-z0-9])\b", line):
             before = line[:match.start()]
             if not FOREIGN.search(before):
                 mentioned.add(match.group(1))

@@ -38,14 +38,14 @@ def register(subparsers) -> None:
                         help="folder with the reference segmentations; may be left out with a trainer folder: "
                              "then the labelsTr of its dataset under $nnUNet_raw")
     parser.add_argument("-i", dest="images", default=None, metavar="IMAGES_DIR",
-                        help="the images (imagesTr / imagesTs, first channel CASE_0000) for intensity and "
-                             "contrast features. Default: none")
+                        help="folder of the images (imagesTr / imagesTs, first channel CASE_0000) for intensity "
+                             "and contrast features. Default: none")
     parser.add_argument("-o", required=True, metavar="OUT_DIR",
                         help="output folder (new, empty or a previous discovery's; written as a whole)")
     parser.add_argument("-regions", default=None, metavar="SPEC",
                         help="as for evaluate: feta | brats | brats-nnunet | PATH/dataset.json | "
                              "\"NAME=l1,l2;NAME=l3\". Default: the dataset.json beside the references")
-    parser.add_argument("--folds", type=non_negative_int, nargs="+", default=None, metavar="N",
+    parser.add_argument("-f", "--folds", dest="folds", type=non_negative_int, nargs="+", default=None, metavar="FOLD",
                         help="with a trainer folder: only these folds' validation predictions")
     parser.add_argument("--min-size", type=positive_int, default=10, metavar="N",
                         help="smallest group worth reporting, in cases. Default: 10")

@@ -46,7 +46,7 @@ def register(subparsers) -> None:
                         help="with several runs per method (NAME=DIR1,DIR2,...): the k-th run of every method shares "
                              "seed k (data split, initial weights), so differences are taken seed by seed, with a "
                              "t-interval over seeds and a sign count. Every method needs the same number of runs")
-    parser.add_argument("--folds", type=non_negative_int, nargs="+", default=None, metavar="N",
+    parser.add_argument("-f", "--folds", dest="folds", type=non_negative_int, nargs="+", default=None, metavar="FOLD",
                         help="with a trainer folder in -pred: read only these folds' validation predictions and "
                              "evaluate only their cases. Default: every fold_N folder present, and then every case "
                              "of the references must have a prediction")

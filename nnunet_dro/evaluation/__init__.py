@@ -1,12 +1,13 @@
 """Stratified robustness evaluation of segmentation predictions (``nnunet_dro evaluate``).
 
-Per case and region: Dice and volume similarity in percent, HD95 in mm; per subgroup: mean, std,
-median, IQR and low percentiles (the tail is what robustness is about); paired comparisons
-between methods. Imports nothing from :mod:`nnunet_dro.training` or :mod:`nnunet_dro.sampling`.
+Per case and region: Dice, volume similarity and NSD in percent, HD95 in mm, topology errors
+(Euler characteristic, Betti numbers); per subgroup: mean, std, median, IQR, worst-tail
+percentiles and CVaR10 by each metric's direction (the tail is what robustness is about); the
+gap between the best and the worst subgroup; paired comparisons between methods. Imports nothing from :mod:`nnunet_dro.training` or :mod:`nnunet_dro.sampling`.
 
 Modules: :mod:`~.regions` (presets, parsing), :mod:`~.io` (files, geometry),
 :mod:`~.metrics` (confusion tables, Dice/VS/HD95), :mod:`~.groups` (subgroup table, binning),
-:mod:`~.stats` (statistics, tests), :mod:`~.result` (``EvaluationResult``), :mod:`~.reports`
+:mod:`~.stats` (statistics, tests), :mod:`~.disparity` (gap between groups), :mod:`~.result` (``EvaluationResult``), :mod:`~.reports`
 (writers), :mod:`~.workers` (process pool), :mod:`~.api` (``evaluate``). Imports go one way:
 ``api`` uses ``reports``, both use ``result``.
 """

@@ -404,7 +404,14 @@ def gap_lines(result: EvaluationResult, metric: str) -> list[str]:
                 continue
             best = changes.loc[changes["gap_change"].idxmin()]
             change = _interval_text(best, "gap_change", metric, signed=True)
-            if best["gap_change"] < 0:
+            high = best.get("gap_change_ci_high")
+            interval_known = high is not None and not (isinstance(high, float) and math.isnan(high))
+            if best["gap_change"] < 0 and interval_known and high >= 0:
+                # smaller on these cases, but the case-resampling interval includes no change (or growth)
+                parts.append(f"{region}: {best['method']} smaller by {-best['gap_change']:.{_decimals(metric)}f}, "
+                             f"its interval includes no change (Δ gap {change}; {base} gap "
+                             f"{base_gap:.{_decimals(metric)}f})")
+            elif best["gap_change"] < 0:
                 parts.append(f"{region}: {best['method']} shrank it by {-best['gap_change']:.{_decimals(metric)}f} "
                              f"(Δ gap {change}; {base} gap {base_gap:.{_decimals(metric)}f})")
             else:

@@ -687,10 +687,15 @@ def test_a_seed_folder_restored_from_a_record_gets_its_label_noise_again(tmp_pat
 
 
 @pytest.mark.slow
-def test_smoke_run_with_label_noise_and_nnunet_alternatives(bench, tmp_path, capsys):
+def test_smoke_run_with_label_noise_and_nnunet_alternatives(bench, tmp_path, capsys, monkeypatch):
     """End to end: two training cases' labels corrupted (one minority, one control), the test cases
     clean; ERM, the default DRO trainer, nnU-Net's own TopK10 loss and Just Train Twice trained; the
     report gives each arm's share of draws on the noisy cases."""
+    # after one epoch of two iterations every case's worst region scores 0, so the recorded rule
+    # (worst-dice) ties every case and `jtt` rightly refuses; the mean Dice separates them
+    from nnunet_dro.lab import pipeline
+
+    monkeypatch.setitem(pipeline.JTT_SETTINGS, "rule", "mean-dice")
     record = tmp_path / "record"
     args = ["--seeds", "1", "--arms", "ERM,DROAdaptive,TopK10,JTT", "--epochs", "1", "--iterations", "2",
             "--n-train", "10", "--n-test", "6", "--size", "16", "--label-noise", "2", "-o", str(tmp_path / "bench"),

@@ -201,26 +201,27 @@ def test_trainers_attributes_defaults_and_variants():
     combo = training.nnUNetTrainerDROLS_DRO
     assert issubclass(combo, training.nnUNetTrainerDROAdaptive) and combo.gils_steps == 6
     _check_keeps_nnunet_signature_and_sets_only_attributes(combo, "nnUNetTrainerDROLS")
+    from nnunet_dro.lab.budget import BUDGET_TRAINERS
+
     for name in ("nnUNetTrainerDROLS", "nnUNetTrainerDROLS_T1", "nnUNetTrainerDROLS_DRO"):
-        assert name + "_CPUBudget" in training.__all__
+        assert name in training.__all__ and name + "_CPUBudget" not in training.__all__
+        assert name + "_CPUBudget" in BUDGET_TRAINERS  # the lab's twin, found through its own folder
 
 
 # ------------------------------------------------------------------ end to end, nnU-Net's CLI
 GILS_TEST_TRAINERS = '''
-import os
-
 import torch
 
 from nnunet_dro.training import nnUNetTrainerDROLS_T1, nnUNetTrainerDROLS_DRO
+from nnunet_dro.training.short_run import ShortRun
 
 
-class GilsTestSize:
+class GilsTestSize(ShortRun):
+    short_epochs, short_iterations, short_val_iterations = 1, 2, 1
+
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device("cuda")):
         super().__init__(plans, configuration, fold, dataset_json, device)
-        self.num_epochs = int(os.environ.get("DRO_TEST_NUM_EPOCHS", "1"))
-        self.num_iterations_per_epoch = 2
-        self.num_val_iterations_per_epoch = 1
         self.save_every = 1
 
     def perform_actual_validation(self, save_probabilities=False):
@@ -247,10 +248,10 @@ def gils_runs(label_dataset, tmp_path_factory):
         env = {**ds.env, "nnUNet_extTrainer": os.pathsep.join([TRAINER_DIR, str(folder)]),
                "nnUNet_n_proc_DA": "0"}
         cmd = [BIN / "nnUNetv2_train", ds.dataset_id, "3d_fullres", 0, "-tr", trainer, "-device", "cpu"]
-        run_cli(cmd, {**env, "DRO_TEST_NUM_EPOCHS": "1"})
+        run_cli(cmd, {**env, "nnUNet_dro_short_run": "1"})
         fold = ds.results / ds.folder_name / f"{trainer}__nnUNetPlans__3d_fullres" / "fold_0"
         first = torch.load(fold / "checkpoint_final.pth", map_location="cpu", weights_only=False)
-        run_cli(cmd + ["--c"], {**env, "DRO_TEST_NUM_EPOCHS": "2"})
+        run_cli(cmd + ["--c"], {**env, "nnUNet_dro_short_run": "2"})
         runs[trainer] = (fold, first)
     return runs
 

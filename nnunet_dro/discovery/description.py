@@ -21,7 +21,7 @@ fences) is named "suspect labels" (its errors may be the references' fault, not 
 unless one flag is shared by most of them and none is a missing structure: that is a real
 anatomy seen by a cohort-wide audit (the audit's own caveat), reported as such.
 
->>> cvar([50.0, 90, 80, 70, 60, 95, 85, 75, 65, 55, 99], 10)  # worst ceil(1.1) = 2 cases
+>>> cvar([50.0, 90, 80, 70, 60, 95, 85, 75, 65, 55, 99])  # the evaluation's CVaR10: worst ceil(1.1) = 2 cases
 52.5
 >>> describe_feature("ref_volume:intra_axial_csf", 4.2, 2.0, effect=1.5)
 'reference intra axial csf volume 2.1x the cohort median (4.2 vs 2 mL)'
@@ -38,6 +38,7 @@ import pandas as pd
 
 from nnunet_dro.discovery.clustering import standardise
 from nnunet_dro.discovery.features import kind_of, region_of
+from nnunet_dro.evaluation.stats import cvar
 
 #: smallest |effect| (in robust standard deviations of the cohort) worth naming
 MIN_EFFECT = 0.5
@@ -49,23 +50,13 @@ SUSPECT_SHARE = 0.5
 SHARED_PATTERN = 2 / 3
 
 
-def cvar(values: Sequence[float], q: float = 10) -> float:
-    """Conditional value at risk of a score where low is bad: the mean of the worst ``ceil(q %)``
-    of the values (at least one); NaN values dropped, NaN when none is left."""
-    array = np.sort(np.asarray(values, dtype=float))
-    array = array[~np.isnan(array)]
-    if array.size == 0:
-        return math.nan
-    return float(array[: max(1, math.ceil(array.size * q / 100))].mean())
-
-
 def tail_stats(values: Sequence[float]) -> dict[str, float]:
     """``mean``, ``p10`` and ``cvar10`` of the known values (NaN when there are none)."""
     array = np.asarray(values, dtype=float)
     array = array[~np.isnan(array)]
     if array.size == 0:
         return {"mean": math.nan, "p10": math.nan, "cvar10": math.nan}
-    return {"mean": float(array.mean()), "p10": float(np.percentile(array, 10)), "cvar10": cvar(array, 10)}
+    return {"mean": float(array.mean()), "p10": float(np.percentile(array, 10)), "cvar10": cvar(array)}
 
 
 def tail_table(dice: pd.DataFrame, in_group: np.ndarray, n_bootstrap: int = 1000, seed: int = 0) -> pd.DataFrame:

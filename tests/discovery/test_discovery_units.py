@@ -128,7 +128,7 @@ def test_standardise_log_scale_and_unweighted_bic():
 def test_cvar_and_tail_stats_against_sorting():
     values = np.random.default_rng(2).normal(80, 10, 37)
     worst = np.sort(values)[:4]  # ceil(3.7)
-    assert description.cvar(values, 10) == pytest.approx(worst.mean())
+    assert description.cvar(values) == pytest.approx(worst.mean())
     stats = description.tail_stats(np.r_[values, np.nan])
     assert stats["p10"] == pytest.approx(np.percentile(values, 10))
     assert math.isnan(description.cvar([np.nan]))

@@ -24,6 +24,7 @@ cases with both networks fixed; they leave out run-to-run variance and are not u
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.check:
         stored = pd.read_csv(OUTPUT, keep_default_na=False, dtype=str)
-        fresh = pd.read_csv(pd.io.common.StringIO(table.to_csv(index=False)), keep_default_na=False, dtype=str)
+        fresh = pd.read_csv(io.StringIO(table.to_csv(index=False)), keep_default_na=False, dtype=str)
         if not stored.equals(fresh):
             print(f"{OUTPUT} is not what the record gives: run scripts/evidence_intervals.py", file=sys.stderr)
             return 1

@@ -2,11 +2,15 @@
 the targets check, the reports, and the pairing it relies on (the arms of one repetition start from
 the same initial weights).
 
-The whole benchmark is not run here (minutes of nnU-Net training); the demo test covers the chain
-make-synthetic -> plan -> train -> predict -> evaluate (the same pipeline module) end to end.
+End to end, one small real run (``shared_run``: 10 training cases, label noise, four arms trained
+by two processes side by side, then one report run with the further scorings and the record) is
+shared by every check that needs trained networks: train once, assert many. The exclude-flagged
+test keeps its own run (its audited cohort is another cohort).
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -686,39 +690,100 @@ def test_a_seed_folder_restored_from_a_record_gets_its_label_noise_again(tmp_pat
     assert not (ws.raw / "dataset.json").is_file() and json.loads(record.read_text()) == rows
 
 
-@pytest.mark.slow
-def test_smoke_run_with_label_noise_and_nnunet_alternatives(bench, tmp_path, capsys, monkeypatch):
-    """End to end: two training cases' labels corrupted (one minority, one control), the test cases
-    clean; ERM, the default DRO trainer, nnU-Net's own TopK10 loss and Just Train Twice trained; the
-    report gives each arm's share of draws on the noisy cases."""
-    # after one epoch of two iterations every case's worst region scores 0, so the recorded rule
-    # (worst-dice) ties every case and `jtt` rightly refuses; the mean Dice separates them
+@pytest.fixture(scope="module")
+def shared_run(bench, tmp_path_factory):
+    """One small real benchmark run that the end-to-end checks below share (train once, assert
+    many): a cohort of 10 training cases with two labels corrupted (one minority, one control), the
+    test cases clean. Two benchmark processes start together on one folder: this one trains ERM and
+    Just Train Twice, a second one (``--train-only``, ERM not among its arms) the default DRO trainer
+    and nnU-Net's own TopK10 loss, with one torch thread each. A third run with all four arms
+    predicts and reports without training anything again, scores the networks on a larger test set
+    and on their own training cases, and exports the record."""
     from nnunet_dro.lab import pipeline
 
-    monkeypatch.setitem(pipeline.JTT_SETTINGS, "rule", "mean-dice")
-    record = tmp_path / "record"
-    args = ["--seeds", "1", "--arms", "ERM,DROAdaptive,TopK10,JTT", "--epochs", "1", "--iterations", "2",
-            "--n-train", "10", "--n-test", "6", "--size", "16", "--label-noise", "2", "-o", str(tmp_path / "bench"),
-            "--export-record", str(record)]
-    assert bench.main(args) == 0
-    out = tmp_path / "bench"
-    seed = out / "runs" / "seed_0"
-    _check_jtt_arm(seed, record, capsys.readouterr().out)
+    tmp = tmp_path_factory.mktemp("shared_benchmark_run")
+    out, record = tmp / "bench", tmp / "record"
+    common = ["--seeds", "1", "--epochs", "1", "--iterations", "2", "--n-train", "10", "--n-test", "6",
+              "--size", "16", "--label-noise", "2", "--torch-threads", "1", "-o", str(out)]
+    with pytest.MonkeyPatch.context() as patch:
+        # after one epoch of two iterations every case's worst region scores 0, so the recorded rule
+        # (worst-dice) ties every case and `jtt` rightly refuses; the mean Dice separates them
+        patch.setitem(pipeline.JTT_SETTINGS, "rule", "mean-dice")
+        patch.setenv("nnUNet_n_proc_DA", "0")
+        log = tmp / "second_process.log"  # a file, not a pipe: a full pipe would stall the process
+        with open(log, "w") as sink:
+            other = subprocess.Popen([sys.executable, str(SCRIPT), *common, "--arms", "DROAdaptive,TopK10",
+                                      "--train-only"], text=True, stdout=sink, stderr=subprocess.STDOUT)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()) as printed:
+                    first_code = bench.main([*common, "--arms", "ERM,JTT"])
+            finally:
+                other.wait(timeout=900)
+        other_output = log.read_text()
+        with contextlib.redirect_stdout(io.StringIO()) as reported:
+            report_code = bench.main([*common, "--arms", "ERM,DROAdaptive,TopK10,JTT", "--large-test", "3",
+                                      "--training-fit", "--export-record", str(record)])
+    return SimpleNamespace(out=out, record=record, common=common, seed=out / "runs" / "seed_0",
+                           codes=(first_code, other.returncode, report_code),
+                           outputs=(printed.getvalue(), other_output), report=reported.getvalue())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_two_processes_train_the_arms_of_one_seed_side_by_side(shared_run):
+    """The preparation lock lets one process make and preprocess the cohort, the other waits and
+    reuses it (one cohort in the command said once); each trains its own arms on it; the report run
+    trains nothing again."""
+    assert shared_run.codes == (0, 0, 0), shared_run.outputs
+    first, second = shared_run.outputs
+    assert "DROAdaptive: trained" in second and "TopK10: trained" in second and "## " not in second
+    said = first + second
+    assert said.count("  cohort: 10 train") == 1 and said.count("  nnUNetv2_plan_and_preprocess") == 1
+    assert all("nnUNetv2_train 991" in text for text in shared_run.outputs)
+    assert (shared_run.seed / "arms" / "DROAdaptive" / "train_seconds.txt").is_file()
+    assert "nnUNetv2_train" not in shared_run.report  # nothing trained again
+    assert set(pd.read_csv(shared_run.out / "runs.csv")["arm"]) == {"ERM", "DROAdaptive", "TopK10", "JTT"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_smoke_run_with_label_noise_and_nnunet_alternatives(shared_run):
+    """The label noise (two training cases, one minority, one control, the test cases clean) and the
+    report's share of draws on the noisy cases per arm; Just Train Twice's two stages."""
+    assert shared_run.codes == (0, 0, 0), shared_run.outputs
+    seed = shared_run.seed
+    _check_jtt_arm(seed, shared_run.record, shared_run.outputs[0])
     noisy = json.loads((seed / "label_noise.json").read_text())
     groups = pd.read_csv(seed / "nnunet" / "nnUNet_raw" / "Dataset991_SyntheticFetalBenchmark" / "subgroups.tsv",
                          sep="\t").set_index("case")["condition"]
     assert [r["kind"] for r in noisy] == ["erase", "swap"]
     assert sorted(groups[r["case"]] == "control" for r in noisy) == [False, True]
-    report = (out / "summary.md").read_text()
+    report = (shared_run.out / "summary.md").read_text()
     assert "## Label noise: are the noisy cases chased?" in report
-    runs = pd.read_csv(out / "runs.csv").set_index("arm")
+    runs = pd.read_csv(shared_run.out / "runs.csv").set_index("arm")
     assert runs.loc["ERM", "noisy_draw_share"] == pytest.approx(2 / 10)
     assert 0 <= runs.loc["DROAdaptive", "noisy_draw_share"] <= 1 and runs.loc["TopK10", "noisy_cases"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_further_scorings_of_the_shared_run(shared_run):
+    assert shared_run.codes == (0, 0, 0), shared_run.outputs
+    _check_further_scorings(shared_run.out)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_a_folder_holding_one_cohort_refuses_another(bench, shared_run, capsys):
+    """A clean cohort in the noisy cohort's folder, and another size of larger test set, are refused."""
+    assert shared_run.codes == (0, 0, 0), shared_run.outputs
+    clean = [a for a in shared_run.common if a not in ("--label-noise", "2")]
+    assert len(clean) == len(shared_run.common) - 2
     capsys.readouterr()
-    clean = ["--seeds", "1", "--arms", "ERM", "--epochs", "1", "--iterations", "2", "--n-train", "10",
-             "--n-test", "6", "--size", "16", "-o", str(out)]
-    assert bench.main(clean) == 2  # the folder holds the noisy cohort: a clean one is refused
+    assert bench.main([*clean, "--arms", "ERM"]) == 2
     assert "label_noise" in capsys.readouterr().err
+    assert bench.main([*shared_run.common, "--arms", "ERM", "--large-test", "4"]) == 2
+    assert "larger test set was drawn as" in capsys.readouterr().err
 
 
 def _check_jtt_arm(seed: Path, record: Path, printed: str, n_train: int = 10) -> None:
@@ -801,51 +866,13 @@ def test_train_only_and_report_only_together_are_refused(bench, tmp_path, capsys
     assert "choose one" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_two_processes_train_two_arms_of_one_seed_side_by_side(tmp_path):
-    """Two real benchmark processes started together on one folder: one runs ERM, the other
-    ``--train-only`` the default DRO arm (ERM not among its arms). The preparation lock lets one of
-    them make and preprocess the cohort, the other waits and reuses it (one cohort in the command
-    said once); both networks train on it, and a third run with both arms predicts and reports without
-    training anything again, and scores both networks on further cases (``_check_further_scorings``);
-    asking for another size of larger test set in the same folder is then refused."""
-    out = tmp_path / "bench"
-    common = ["--seeds", "1", "--epochs", "1", "--iterations", "2", "--n-train", "10", "--n-test", "6",
-              "--size", "16", "--torch-threads", "1", "-o", str(out)]
-    env = {**os.environ, "nnUNet_n_proc_DA": "0"}
-    procs = [subprocess.Popen([sys.executable, str(SCRIPT), *common, *extra], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for extra in (["--arms", "ERM"], ["--arms", "DROAdaptive", "--train-only"])]
-    outputs = [p.communicate(timeout=900)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
-    assert "DROAdaptive: trained" in outputs[1] and "## " not in outputs[1]  # no report from --train-only
-    seed = out / "runs" / "seed_0"
-    said = "".join(outputs)
-    assert said.count("  cohort: 10 train") == 1 and said.count("  nnUNetv2_plan_and_preprocess") == 1
-    assert all("nnUNetv2_train 991" in text for text in outputs)
-    assert (seed / "arms" / "DROAdaptive" / "train_seconds.txt").is_file()
-    assert not (seed / "arms" / "DROAdaptive" / "result.json").is_file()  # trained, not yet scored
-
-    both = subprocess.run([sys.executable, str(SCRIPT), *common, "--arms", "ERM,DROAdaptive", "--large-test", "3",
-                           "--training-fit"], env=env, text=True, capture_output=True, timeout=900)
-    assert both.returncode == 0, both.stderr
-    assert "nnUNetv2_train" not in both.stdout  # nothing trained again
-    assert (seed / "arms" / "DROAdaptive" / "result.json").is_file()
-    assert set(pd.read_csv(out / "runs.csv")["arm"]) == {"ERM", "DROAdaptive"}
-    _check_further_scorings(out)
-    again = subprocess.run([sys.executable, str(SCRIPT), *common, "--arms", "ERM", "--large-test", "4"], env=env,
-                           text=True, capture_output=True, timeout=900)
-    assert again.returncode == 2 and "larger test set was drawn as" in again.stderr
-
-
 def _check_further_scorings(out: Path) -> None:
-    """The trained networks scored again (the last run of the two-process test, which shares its
-    small run with this check): a larger test set drawn apart from the cohort, and the arms' own
-    training cases. The trainings ran with one torch thread (``--torch-threads 1``; nnU-Net alone
+    """The trained networks scored again (the report run of ``shared_run``): a larger test set drawn
+    apart from the cohort, and the arms' own training cases. The trainings ran with one torch thread (``--torch-threads 1``; nnU-Net alone
     would give them every core), as their logs say."""
     seed = out / "runs" / "seed_0"
     logs = list((seed / "nnunet" / "nnUNet_results").rglob("training_log_*.txt"))
-    assert len(logs) == 2 and all("torch threads 1, seed 0" in log.read_text() for log in logs)
+    assert len(logs) == 4 and all("torch threads 1, seed 0" in log.read_text() for log in logs)
     training = pd.read_csv(seed / "arms" / "ERM" / "per_case_training.csv")
     assert training["case"].nunique() == 10 and training["value"].between(0, 100).all()
     summary = (out / "summary.md").read_text()

@@ -59,7 +59,7 @@ def _seed(seed: Optional[int], rank: int) -> Optional[int]:
     return None if seed is None else int(seed) + int(rank)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WeightingSettings:
     """What every scheme's settings have: ``seed`` of the draws (rank r uses seed + r; None: fresh
     entropy). ``scheme`` names the scheme (the ``'scheme'`` of a checkpoint's state) and
@@ -93,7 +93,7 @@ class WeightingSettings:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _StaleLossSettings(WeightingSettings):
     """Fields of the schemes that keep one stale loss per case and draw by it."""
 
@@ -120,7 +120,7 @@ class _StaleLossSettings(WeightingSettings):
                     warmup=self.warmup, loss_smoothing=float(self.loss_smoothing))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HardnessSettings(_StaleLossSettings):
     """Hardness weighted sampling with a fixed ``beta`` (Algorithm 1 of Fidon et al.):
     :class:`~nnunet_dro.weighting.HardnessWeighting`.
@@ -144,7 +144,7 @@ class HardnessSettings(_StaleLossSettings):
         return HardnessWeighting(num_cases, beta=float(self.beta), **self._common(rank, shared))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Chi2HardnessSettings(_StaleLossSettings):
     """Hardness weighted sampling for the Pearson chi-square DRO problem:
     :class:`~nnunet_dro.weighting.Chi2HardnessWeighting`.
@@ -167,7 +167,7 @@ class Chi2HardnessSettings(_StaleLossSettings):
         return Chi2HardnessWeighting(num_cases, beta=float(self.beta), **self._common(rank, shared))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AdaptiveHardnessSettings(_StaleLossSettings):
     """Scale-free hardness weighted sampling: :class:`~nnunet_dro.weighting.AdaptiveHardnessWeighting`.
 
@@ -241,7 +241,7 @@ class AdaptiveHardnessSettings(_StaleLossSettings):
             **self._common(rank, shared))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KLReweightSettings(WeightingSettings):
     """KL-DRO by multiplicative per-case weights over uniform draws (Sow et al.):
     :class:`~nnunet_dro.weighting.KLReweighting`. ``schedule``: ``(progress, r)`` pairs, the
@@ -285,7 +285,7 @@ class KLReweightSettings(WeightingSettings):
                              seed=_seed(self.seed, rank))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FixedWeightSettings(WeightingSettings):
     """Draws proportional to the user's per-case weights (``case_weights.tsv``), step weights 1:
     :class:`~nnunet_dro.weighting.FixedWeighting`.
@@ -303,7 +303,7 @@ class FixedWeightSettings(WeightingSettings):
         return FixedWeighting(weights, seed=_seed(self.seed, rank), shared=shared)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupBalancedSettings(WeightingSettings):
     """Each group drawn equally often (cases uniformly within a group), step weights 1:
     :class:`~nnunet_dro.weighting.GroupBalancedWeighting`. ``column``: the grouping column of
@@ -329,7 +329,7 @@ class GroupBalancedSettings(WeightingSettings):
         return GroupBalancedWeighting(groups, seed=_seed(self.seed, rank), shared=shared)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GroupDROSettings(WeightingSettings):
     """Group-balanced draws and online group DRO weights with step size ``eta`` (Sagawa et al.):
     :class:`~nnunet_dro.weighting.GroupDROWeighting`.

@@ -87,8 +87,7 @@ SCHEMES = tuple(c.scheme for c in SETTINGS_CLASSES)
 #: The class attributes that configured the case weighting before ``dro_settings``, and the field of
 #: ``dro_settings`` that replaces each (a subclass still setting one is refused, never ignored).
 RETIRED_ATTRIBUTES: Dict[str, str] = {
-    "dro_scheme": "the type of dro_settings (HardnessSettings, AdaptiveHardnessSettings, Chi2HardnessSettings, "
-                  "KLReweightSettings, FixedWeightSettings, GroupBalancedSettings, GroupDROSettings)",
+    "dro_scheme": ", ".join(c.__name__ for c in SETTINGS_CLASSES),
     "dro_beta": "beta", "dro_fraction": "fraction", "dro_beta_max": "beta_max", "dro_beta_rule": "rule",
     "dro_kappa": "kappa", "dro_max_weight": "max_weight", "dro_uniform_until": "uniform_until",
     "dro_uniform_until_learned": "uniform_until_learned", "dro_trim_fraction": "trim_fraction",
@@ -124,7 +123,7 @@ def check_settings_attributes(cls: type) -> None:
                 elif field_name.startswith("importance="):
                     how = f"dro_settings = replace({base_name}.dro_settings, {field_name})"
                 else:  # dro_scheme: the scheme is the settings' type
-                    how = f"dro_settings = <one of {field_name}>(...)"
+                    how = f"dro_settings = <one of {field_name}>(...) (the scheme is its type)"
                 raise RuntimeError(f"{klass.__name__}.{name} = {vars(klass)[name]!r} is no longer read: the case "
                                    f"weighting is dro_settings. Write {how} (from dataclasses import replace) "
                                    f"instead.")

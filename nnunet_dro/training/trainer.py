@@ -148,6 +148,15 @@ class nnUNetTrainerPerSampleLoss(nnUNetTrainerConfigurableSGD):
     nnU-Net's loss (shape ``(b,)``; nnU-Net's own ``self.loss`` is kept for validation), and
     :meth:`_optimizer_step` is nnU-Net's backward/step (GradScaler on CUDA, gradient clipping at 12)."""
 
+    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
+                 device: torch.device = torch.device('cuda')):
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        self._check_retired_attributes()
+
+    def _check_retired_attributes(self) -> None:
+        """Refuse, at construction, class attributes that an earlier version read and this one
+        would silently ignore (each trainer family adds its own)."""
+
     def _build_loss(self):
         loss = super()._build_loss()  # nnU-Net's loss: kept for validation and as the template
         self.per_sample_loss = self._build_per_sample_loss(loss)
@@ -264,7 +273,6 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):
         super().__init__(plans, configuration, fold, dataset_json, device)
-        check_settings_attributes(type(self))
         self.case_weighting: Optional[CaseWeighting] = None
         self.dro_case_ids: Optional[List[str]] = None
         self._dro_index_of: Dict[str, int] = {}
@@ -275,6 +283,10 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             self._dro_progress_pacer = RedrawPacer(self.dro_progress_time_fraction)
         except ValueError as e:
             raise RuntimeError(f"{type(self).__name__}.dro_progress_time_fraction: {e}") from None
+
+    def _check_retired_attributes(self) -> None:
+        super()._check_retired_attributes()
+        check_settings_attributes(type(self))
 
     # ------------------------------------------------------------------ set-up
     @property

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import os
 from copy import deepcopy
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -69,9 +69,9 @@ from nnunet_dro.training.guard import RECOVER, GuardEvent, check_guard_settings,
 from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, THRESHOLD, all_learned, learning_time_line,
                                            pseudo_dice_history, stability_line)
 from nnunet_dro.weighting import CaseWeighting
-from nnunet_dro.weighting.settings import (DEFAULT_INIT_LOSS, SETTINGS_CLASSES, AdaptiveHardnessSettings,
-                                           FixedWeightSettings, HardnessSettings, ImportanceSettings,
-                                           WeightingSettings)
+from nnunet_dro.weighting.settings import (DEFAULT_INIT_LOSS, SETTINGS_CLASSES,  # noqa: F401 (L_init, re-exported)
+                                           AdaptiveHardnessSettings, FixedWeightSettings, HardnessSettings,
+                                           ImportanceSettings, WeightingSettings)
 
 #: Checkpoint key of the sampler state (stale losses, draw counts, RNG state, statistics).
 DRO_STATE_KEY = "dro_state"

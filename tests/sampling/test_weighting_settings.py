@@ -161,3 +161,16 @@ def test_as_dict_is_plain_values_naming_the_settings():
     d = AdaptiveHardnessSettings(fraction=0.25).as_dict()
     assert d["settings"] == "AdaptiveHardnessSettings" and d["fraction"] == 0.25
     assert d["importance"]["enabled"] is True and isinstance(d["importance"], dict)
+
+
+@pytest.mark.parametrize("settings, data", [
+    (HardnessSettings(), 4), (AdaptiveHardnessSettings(), 4), (Chi2HardnessSettings(), 4), (KLReweightSettings(), 4),
+    (FixedWeightSettings(), [1.0, 2.0]), (GroupBalancedSettings(), ["a", "b"]), (GroupDROSettings(), ["a", "b"]),
+])
+def test_the_settings_scheme_is_the_built_weightings_scheme(settings, data):
+    """The checkpoint's 'scheme' (written by the weighting) names the settings that built it."""
+    w = settings.build(data, shared=False)
+    try:
+        assert type(w) is settings.weighting_class and w.scheme == settings.scheme
+    finally:
+        w.close()

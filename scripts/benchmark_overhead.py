@@ -175,7 +175,8 @@ def main(argv=None) -> int:
 
 def target_text(trainer) -> str:
     """The cost target of a trainer: 1.02 x ERM, 1.15 x for GI-LS (its T ascent steps named)."""
-    steps = getattr(trainer, "gils_steps", None)
+    settings = getattr(trainer, "gils_settings", None)
+    steps = None if settings is None else settings.steps
     return "target <= 1.02" if steps is None else f"GI-LS with T = {steps} ascent steps: target <= 1.15"
 
 

@@ -46,6 +46,7 @@ any step failed, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import itertools
 import json
 import os
@@ -129,7 +130,7 @@ class nnUNetTrainerDRO_gpuCheck(ShortRun, nnUNetTrainerDRO):
 class nnUNetTrainerDROAdaptive_gpuCheck(ShortRun, nnUNetTrainerDROAdaptive):
     # a few epochs never leave the default's ERM phase: check the robust phase under AMP, compile and
     # workers, the phase with non-uniform draws and beta solves
-    dro_uniform_until_learned = None
+    dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, uniform_until_learned=None)
 
 
 class nnUNetTrainerGroupBalanced_gpuCheck(ShortRun, nnUNetTrainerGroupBalanced):

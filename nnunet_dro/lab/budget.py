@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 from copy import deepcopy
+from dataclasses import replace
 
 import torch
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
@@ -85,8 +86,10 @@ class CPUBudget(ShortRun):
                 raise RuntimeError(f"{THREADS_ENV}={threads}: must be at least 1")
             torch.set_num_threads(threads)  # after nnUNetv2_train's own set_num_threads(cpu_count())
         seed = budget_seed()
-        if seed is not None and hasattr(self, "dro_seed"):
-            self.dro_seed = seed
+        settings = getattr(self, "dro_settings", None)
+        if seed is not None and settings is not None:
+            # an instance attribute: the class (and every other run of it) keeps its settings
+            self.dro_settings = replace(settings, seed=seed)
 
     @classmethod
     def build_network_architecture(cls, plans_manager: PlansManager, configuration_manager: ConfigurationManager,

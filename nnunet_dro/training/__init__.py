@@ -1,8 +1,9 @@
 """nnU-Net v2 trainers with hardness weighted sampling (distributionally robust training).
 
 >>> from nnunet_dro.training import nnUNetTrainerDRO
->>> nnUNetTrainerDRO.dro_beta, nnUNetTrainerDRO.dro_importance_sampling, nnUNetTrainerDRO.dro_clip
-(100.0, True, (0.1, 10.0))
+>>> s = nnUNetTrainerDRO.dro_settings
+>>> type(s).__name__, s.beta, s.importance.enabled, s.importance.clip
+('HardnessSettings', 100.0, True, (0.1, 10.0))
 
 Use them with nnU-Net's own commands::
 

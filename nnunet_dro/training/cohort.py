@@ -13,29 +13,29 @@ trainers. The tables and where the trainers find them: :mod:`nnunet_dro.training
     nnUNetv2_train DATASET 3d_fullres 0 -tr nnUNetTrainerGroupDRO        # subgroups.tsv
 
 Another grouping column than the first: ``export nnUNet_dro_group_column=centre``, or a one-line
-subclass setting ``dro_group_column``.
+subclass: ``dro_settings = replace(nnUNetTrainerGroupDRO.dro_settings, column="centre")``.
 """
 from __future__ import annotations
 
 from nnunet_dro.training.trainer import nnUNetTrainerCaseWeighting
+from nnunet_dro.weighting.settings import FixedWeightSettings, GroupBalancedSettings, GroupDROSettings
 
 
 class nnUNetTrainerCaseWeights(nnUNetTrainerCaseWeighting):
     """Cases drawn with probability proportional to the user's ``case_weights.tsv``; step weights 1."""
 
-    dro_scheme = "case_weights"
+    dro_settings = FixedWeightSettings()
 
 
 class nnUNetTrainerGroupBalanced(nnUNetTrainerCaseWeighting):
     """Each group of ``subgroups.tsv`` drawn equally often (cases uniformly within a group); step weights 1."""
 
-    dro_scheme = "group_balanced"
+    dro_settings = GroupBalancedSettings(column=None)
 
 
 class nnUNetTrainerGroupDRO(nnUNetTrainerCaseWeighting):
     """Group-balanced draws and online group DRO weights ``q`` in the step (Sagawa et al., "Distributionally
     Robust Neural Networks for Group Shifts", ICLR 2020, arXiv:1911.08731): ``q_g <- q_g exp(eta * loss_g)``
-    with ``eta = dro_group_eta`` (0.01, their setting); case ``i`` weighs ``G q_g(i)``."""
+    with ``eta = dro_settings.eta`` (0.01, their setting); case ``i`` weighs ``G q_g(i)``."""
 
-    dro_scheme = "group_dro"
-    dro_group_eta = 0.01
+    dro_settings = GroupDROSettings(column=None, eta=0.01)

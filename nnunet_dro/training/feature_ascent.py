@@ -26,11 +26,59 @@ True
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 __all__ = ["ascend_features", "penalised_objective"]
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class GILSSettings:
+    """The hyper-parameters of GI-LS (defaults and their sources: docs/methods.md); a trainer holds
+    them as ``gils_settings`` and a variant replaces fields.
+
+    - ``steps`` (T): ascent steps per iteration (paper's search range 1-15, Section 4.2).
+    - ``step_size`` (eta): ascent step size (paper's range 1.5-3.0, Section 4.2).
+    - ``gamma``: transport penalty (paper: 1e-3, Section 4.2).
+    - ``alpha``: label smoothing of the CE term, torch's convention (target ``1 - alpha + alpha/k``);
+      the Dice term is not smoothed.
+    - ``clean_weight``: weight of the loss at the clean features in the step (0: perturbed only).
+
+    >>> from dataclasses import replace
+    >>> replace(GILSSettings(), steps=1).steps
+    1
+    >>> GILSSettings(alpha=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: GILSSettings.alpha = 1.0: expected 0 <= alpha < 1
+    """
+
+    steps: int = 6
+    step_size: float = 1.5
+    gamma: float = 1e-3
+    alpha: float = 0.1
+    clean_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        def fail(name: str, expected: str) -> None:
+            raise ValueError(f"GILSSettings.{name} = {getattr(self, name)!r}: expected {expected}")
+
+        def number(value: object) -> bool:
+            return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0:
+            fail("steps", "an integer >= 0")
+        for name in ("step_size", "gamma"):
+            if not (number(getattr(self, name)) and getattr(self, name) >= 0):
+                fail(name, "a number >= 0")
+        if not (number(self.alpha) and 0 <= self.alpha < 1):
+            fail("alpha", "0 <= alpha < 1")
+        if not (number(self.clean_weight) and 0 <= self.clean_weight <= 1):
+            fail("clean_weight", "a weight in [0, 1]")
 
 
 def penalised_objective(z: torch.Tensor, z0: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor],

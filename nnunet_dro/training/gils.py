@@ -7,24 +7,27 @@ Per iteration (docs/methods.md#dro-with-label-smoothing-gi-ls):
 
 1. nnU-Net's forward pass; forward hooks (:func:`~nnunet_dro.training.nnunet_compat.captured_head_inputs`)
    keep the input ``z0`` of every segmentation head (one 1x1x1 convolution per deep-supervision scale).
-2. The inner stage, per scale with a non-zero deep-supervision weight: ``gils_steps`` gradient-ascent
-   steps of size ``gils_step_size`` on the detached ``z0`` through that head alone
+2. The inner stage, per scale with a non-zero deep-supervision weight: ``steps`` gradient-ascent
+   steps of size ``step_size`` on the detached ``z0`` through that head alone
    (:func:`~nnunet_dro.training.feature_ascent.ascend_features`, float32, per voxel), on the
-   per-sample loss with label-smoothed CE (``gils_alpha``) plus nnU-Net's unsmoothed Dice.
+   per-sample loss with label-smoothed CE (``alpha``) plus nnU-Net's unsmoothed Dice.
 3. The outer stage: the same loss at the perturbed features ``head(z0 + delta)`` (the gradient reaches
    the body through ``z0`` and the head through its weights), averaged with the loss at the clean
-   features with weight ``gils_clean_weight`` (the paper trains on both), with nnU-Net's
+   features with weight ``clean_weight`` (the paper trains on both), with nnU-Net's
    deep-supervision weights; nnU-Net's step (GradScaler on CUDA, clipping at 12).
 
 Per-sample losses throughout, so the same step serves the hardness weighted sampler:
 ``nnUNetTrainerDROLS_DRO`` draws the cases as ``nnUNetTrainerDROAdaptive`` does and perturbs their
 features. Validation (nnU-Net's loss, pseudo-Dice), inference and checkpoints are nnU-Net's; the
-networks train eager (torch.compile off: the hooks need the eager module). Variants set attributes::
+networks train eager (torch.compile off: the hooks need the eager module). The hyper-parameters
+are one frozen dataclass, ``gils_settings`` (:class:`~nnunet_dro.training.feature_ascent.GILSSettings`);
+variants replace fields::
 
+    from dataclasses import replace
     from nnunet_dro.training import nnUNetTrainerDROLS
 
     class nnUNetTrainerDROLS_T5(nnUNetTrainerDROLS):
-        gils_steps = 5
+        gils_settings = replace(nnUNetTrainerDROLS.gils_settings, steps=5)
 """
 from __future__ import annotations
 
@@ -36,51 +39,46 @@ from torch import autocast, nn
 
 from nnunetv2.utilities.helpers import dummy_context
 
-from nnunet_dro.training.feature_ascent import ascend_features
+from nnunet_dro.training.feature_ascent import GILSSettings, ascend_features
 from nnunet_dro.training.losses import PerSampleDCandCELoss, PerSampleDeepSupervisionLoss
 from nnunet_dro.training.nnunet_compat import captured_head_inputs, segmentation_heads
 from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive, nnUNetTrainerPerSampleLoss
 
 
+#: the former GI-LS attributes and the field of ``gils_settings`` that replaces each
+RETIRED_GILS_ATTRIBUTES = {"gils_steps": "steps", "gils_step_size": "step_size", "gils_gamma": "gamma",
+                           "gils_alpha": "alpha", "gils_clean_weight": "clean_weight"}
+
+
 class FeaturePerturbation:
     """The GI-LS step for a per-sample-loss trainer (a mixin: put it before the trainer base).
 
-    Attributes (defaults and their sources: docs/methods.md):
-
-    - ``gils_steps`` (T): ascent steps per iteration (paper's search range 1-15, Section 4.2).
-    - ``gils_step_size`` (eta): ascent step size (paper's range 1.5-3.0, Section 4.2).
-    - ``gils_gamma``: transport penalty (paper: 1e-3, Section 4.2).
-    - ``gils_alpha``: label smoothing of the CE term, torch's convention (target ``1 - alpha + alpha/k``);
-      the Dice term is not smoothed.
-    - ``gils_clean_weight``: weight of the loss at the clean features in the step (0: perturbed only).
+    The hyper-parameters: ``gils_settings``, a :class:`~nnunet_dro.training.feature_ascent.GILSSettings`
+    (validated when it is made). The former ``gils_*`` attributes are refused at construction.
     """
 
-    gils_steps: int = 6
-    gils_step_size: float = 1.5
-    gils_gamma: float = 1e-3
-    gils_alpha: float = 0.1
-    gils_clean_weight: float = 0.5
+    gils_settings: GILSSettings = GILSSettings()
+
+    def _check_retired_attributes(self) -> None:
+        super()._check_retired_attributes()
+        for klass in type(self).__mro__:
+            for name, field_name in RETIRED_GILS_ATTRIBUTES.items():
+                if name in vars(klass):
+                    raise RuntimeError(
+                        f"{klass.__name__}.{name} = {vars(klass)[name]!r} is no longer read: the GI-LS settings are "
+                        f"gils_settings. Write gils_settings = replace(nnUNetTrainerDROLS.gils_settings, "
+                        f"{field_name}=...) (from dataclasses import replace) instead.")
 
     def initialize(self):
-        self._check_gils_settings()
+        if not isinstance(self.gils_settings, GILSSettings):
+            raise RuntimeError(f"{type(self).__name__}.gils_settings = {self.gils_settings!r}: expected a GILSSettings")
         super().initialize()
         segmentation_heads(self.network)  # a clear error now for an architecture without heads
+        g = self.gils_settings
         self.print_to_log_file(
-            f"GI-LS: {self.gils_steps} ascent step(s) of size {self.gils_step_size:g} on the features entering the "
-            f"segmentation heads, gamma {self.gils_gamma:g}, CE label smoothing {self.gils_alpha:g} (Dice unsmoothed), "
-            f"clean-feature loss weight {self.gils_clean_weight:g}; torch.compile off")
-
-    def _check_gils_settings(self) -> None:
-        name = type(self).__name__
-        if not (isinstance(self.gils_steps, (int, np.integer)) and self.gils_steps >= 0):
-            raise RuntimeError(f"{name}.gils_steps = {self.gils_steps!r}: expected an integer >= 0")
-        for attr in ("gils_step_size", "gils_gamma"):
-            if not float(getattr(self, attr)) >= 0:
-                raise RuntimeError(f"{name}.{attr} = {getattr(self, attr)!r}: expected a number >= 0")
-        if not 0 <= float(self.gils_alpha) < 1:
-            raise RuntimeError(f"{name}.gils_alpha = {self.gils_alpha!r}: expected 0 <= alpha < 1")
-        if not 0 <= float(self.gils_clean_weight) <= 1:
-            raise RuntimeError(f"{name}.gils_clean_weight = {self.gils_clean_weight!r}: expected a weight in [0, 1]")
+            f"GI-LS: {g.steps} ascent step(s) of size {g.step_size:g} on the features entering the "
+            f"segmentation heads, gamma {g.gamma:g}, CE label smoothing {g.alpha:g} (Dice unsmoothed), "
+            f"clean-feature loss weight {g.clean_weight:g}; torch.compile off")
 
     def _do_i_compile(self):
         # the capture hooks and the re-run heads need the eager network
@@ -94,7 +92,7 @@ class FeaturePerturbation:
             raise RuntimeError(f"{type(self).__name__}: GI-LS smooths the softmax cross-entropy of label maps; this "
                                f"configuration trains regions with sigmoid BCE ({type(inner).__name__}), which it "
                                f"does not support")
-        inner.label_smoothing = float(self.gils_alpha)
+        inner.label_smoothing = float(self.gils_settings.alpha)
         self._gils_scale_loss = inner
         self._gils_weights = per_sample.weight_factors if deep else (1.0,)
         return per_sample
@@ -113,17 +111,18 @@ class FeaturePerturbation:
             raise RuntimeError(f"GI-LS: {len(captured)} segmentation-head calls for {len(outputs)} network outputs")
         perturbed_outputs: List[torch.Tensor] = []
         shift: Optional[torch.Tensor] = None
+        g = self.gils_settings
         for (head, z0), out, tgt, weight in zip(captured, outputs, targets, self._gils_weights):
             if weight == 0:  # skipped by the loss, as by nnU-Net's
                 perturbed_outputs.append(out)
                 continue
-            delta = ascend_features(z0, head, lambda o, t=tgt: self._gils_scale_loss(o, t), self.gils_steps,
-                                    self.gils_step_size, self.gils_gamma, scale=float(z0[0, 0].numel()))
+            delta = ascend_features(z0, head, lambda o, t=tgt: self._gils_scale_loss(o, t), g.steps,
+                                    g.step_size, g.gamma, scale=float(z0[0, 0].numel()))
             if shift is None:  # the finest scale, for the log
                 shift = delta.flatten(1).norm(dim=1) / z0.detach().float().flatten(1).norm(dim=1).clamp_min(1e-12)
             perturbed_outputs.append(head(z0 + delta.to(z0.dtype)))
         perturbed = self.per_sample_loss(perturbed_outputs if deep else perturbed_outputs[0], target)
-        c = float(self.gils_clean_weight)
+        c = float(g.clean_weight)
         clean = self.per_sample_loss(output, target) if c > 0 else None
         stats = getattr(self, "_gils_epoch", None)
         if stats is not None:

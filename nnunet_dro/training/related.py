@@ -11,16 +11,19 @@
 
 All of them keep nnU-Net's plans, network, augmentation, foreground oversampling, validation and
 inference, and use the per-sample twin of nnU-Net's loss (:mod:`nnunet_dro.training.losses`).
-Hyper-parameters are class attributes, so variants are one-line subclasses::
+The case weighting is the class attribute ``dro_settings`` (:mod:`nnunet_dro.weighting.settings`),
+so variants are one-line subclasses::
 
+    from dataclasses import replace
     from nnunet_dro.training import nnUNetTrainerDROReweight
 
     class nnUNetTrainerDROReweight_mild(nnUNetTrainerDROReweight):
-        reweight_schedule = ((0.0, 1.0), (0.5, 0.1))
+        dro_settings = replace(nnUNetTrainerDROReweight.dro_settings, schedule=((0.0, 1.0), (0.5, 0.1)))
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import replace
+from typing import List, Sequence
 
 import numpy as np
 import torch
@@ -31,6 +34,7 @@ from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
 from nnunetv2.utilities.helpers import dummy_context
 
 from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
+from nnunet_dro.weighting.settings import Chi2HardnessSettings, ImportanceSettings, KLReweightSettings
 from nnunet_dro.training.trainer import nnUNetTrainerCaseWeighting, nnUNetTrainerDRO, nnUNetTrainerPerSampleLoss
 
 
@@ -50,21 +54,18 @@ class nnUNetTrainerDROChi2(nnUNetTrainerDRO):
     and clip most cases to 0; beta = 1 stays within +-15% of uniform, i.e. about ERM.
     """
 
-    dro_scheme = "chi2"
-    dro_beta = 10.0
-    dro_importance_sampling = False
-    dro_warmup = True
+    dro_settings = Chi2HardnessSettings(beta=10.0, importance=ImportanceSettings(enabled=False), warmup=True)
 
 
 class nnUNetTrainerDROChi2_noWarmup(nnUNetTrainerDROChi2):
     """:class:`nnUNetTrainerDROChi2` without the warm-up pass (stale losses start at the initial value)."""
-    dro_warmup = False
+    dro_settings = replace(nnUNetTrainerDROChi2.dro_settings, warmup=False)
 
 
 class nnUNetTrainerDRO_warmup(nnUNetTrainerDRO):
     """:class:`nnUNetTrainerDRO` (KL, beta 100, importance sampling) with Fidon et al. 2020's uniform warm-up
     pass first (importance weights are 1 during it)."""
-    dro_warmup = True
+    dro_settings = replace(nnUNetTrainerDRO.dro_settings, warmup=True)
 
 
 # ---------------------------------------------- Sow et al., arXiv:2308.00311: KL reweighting
@@ -72,7 +73,7 @@ class nnUNetTrainerDROReweight(nnUNetTrainerCaseWeighting):
     """KL-DRO by weighting instead of sampling (Sow et al., arXiv:2308.00311): nnU-Net's uniform loader, and the step
     minimises ``mean_i(w_i * l_i)`` with ``w_i = exp(l_i / r) / u`` (:class:`~nnunet_dro.weighting.KLReweighting`), where
     ``u`` is a running mean over batches of ``exp(l / r)`` (log space) and ``r = 1 / beta`` follows
-    ``reweight_schedule`` over training (progress = ``current_epoch / num_epochs``).
+    ``dro_settings.schedule`` over training (progress = ``current_epoch / num_epochs``).
 
     Why the schedule ``r = 1 -> 0.1 -> 0.03`` (thirds of training) instead of the paper's
     ``10 -> 1 -> 0.1``: the paper's values are for cross-entropy on classification, whose
@@ -93,10 +94,7 @@ class nnUNetTrainerDROReweight(nnUNetTrainerCaseWeighting):
     latest loss. ``train_loss`` in the log is the unweighted mean, comparable with nnU-Net's.
     """
 
-    dro_scheme = "kl_reweight"
-    reweight_schedule: Tuple[Tuple[float, float], ...] = ((0.0, 1.0), (1 / 3, 0.1), (2 / 3, 0.03))
-    reweight_momentum: float = 0.5
-    reweight_clip: Optional[Tuple[float, float]] = None
+    dro_settings = KLReweightSettings(schedule=((0.0, 1.0), (1 / 3, 0.1), (2 / 3, 0.03)), momentum=0.5, clip=None)
 
 
 # ---------------------------------------- Ren et al., arXiv:1803.09050: learning to reweight

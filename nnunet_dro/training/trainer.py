@@ -26,21 +26,23 @@ What changes compared with ``nnUNetTrainer`` (everything else is nnU-Net's):
   (:mod:`nnunet_dro.training.stability`); the fold folder gets ``dro_hardness.csv`` and
   ``dro_progress.png`` (:mod:`nnunet_dro.training.hardness_report`).
 
-Hyper-parameters are class attributes (``dro_beta``, ``dro_fraction``, ``dro_importance_sampling``,
-...), so variants are one-line subclasses (:mod:`nnunet_dro.training.variants`) and user
-subclasses in their own ``nnUNet_extTrainer`` folder work the same way::
+The case weighting is one class attribute, ``dro_settings`` (a frozen dataclass of
+:mod:`nnunet_dro.weighting.settings`; its type is the scheme), so variants are one-line
+subclasses (:mod:`nnunet_dro.training.variants`) and user subclasses in their own
+``nnUNet_extTrainer`` folder work the same way::
 
+    from dataclasses import replace
     from nnunet_dro.training import nnUNetTrainerDROAdaptive
 
     class nnUNetTrainerDROAdaptive_f60(nnUNetTrainerDROAdaptive):
-        dro_fraction = 0.6
+        dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, fraction=0.6)
 """
 from __future__ import annotations
 
 import math
 import os
 from copy import deepcopy
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -66,24 +68,65 @@ from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_d
 from nnunet_dro.training.guard import RECOVER, GuardEvent, check_guard_settings, escalated_fraction, replay_guard
 from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, THRESHOLD, all_learned, learning_time_line,
                                            pseudo_dice_history, stability_line)
-from nnunet_dro.weighting import (AdaptiveHardnessWeighting, CaseWeighting, Chi2HardnessWeighting, FixedWeighting,
-                                  GroupBalancedWeighting, GroupDROWeighting, HardnessWeighting, ImportanceWeights,
-                                  KLReweighting)
+from nnunet_dro.weighting import CaseWeighting
+from nnunet_dro.weighting.settings import (DEFAULT_INIT_LOSS, SETTINGS_CLASSES,  # noqa: F401 (L_init, re-exported)
+                                           AdaptiveHardnessSettings, FixedWeightSettings, HardnessSettings,
+                                           ImportanceSettings, WeightingSettings)
 
 #: Checkpoint key of the sampler state (stale losses, draw counts, RNG state, statistics).
 DRO_STATE_KEY = "dro_state"
 DRO_STATE_VERSION = 2
-#: L_init: above any per-case value of nnU-Net's losses, so every case is drawn once early.
-DEFAULT_INIT_LOSS = 100.0
 
 HISTORY_KEYS = ("epoch", "entropy", "max_entropy", "perplexity_fraction", "effective_sample_size", "ess_fraction",
                 "max_probability", "beta", "clipped_fraction", "mean_raw_weight", "max_raw_weight", "num_weights",
                 "robust_loss", "mean_stale_loss", "num_skipped", "hardest", "group_draws", "group_weights", "backed_off",
                 "fraction")
-#: Case-weighting schemes a trainer can name in ``dro_scheme``.
-SCHEMES = ("kl", "kl_adaptive", "chi2", "kl_reweight", "case_weights", "group_balanced", "group_dro")
-#: Schemes whose weighting comes from a table of the user's (read before training starts).
-TABLE_SCHEMES = ("case_weights", "group_balanced", "group_dro")
+#: Case-weighting schemes (``dro_settings.scheme``).
+SCHEMES = tuple(c.scheme for c in SETTINGS_CLASSES)
+
+#: The class attributes that configured the case weighting before ``dro_settings``, and the field of
+#: ``dro_settings`` that replaces each (a subclass still setting one is refused, never ignored).
+RETIRED_ATTRIBUTES: Dict[str, str] = {
+    "dro_scheme": ", ".join(c.__name__ for c in SETTINGS_CLASSES),
+    "dro_beta": "beta", "dro_fraction": "fraction", "dro_beta_max": "beta_max", "dro_beta_rule": "rule",
+    "dro_kappa": "kappa", "dro_max_weight": "max_weight", "dro_uniform_until": "uniform_until",
+    "dro_uniform_until_learned": "uniform_until_learned", "dro_trim_fraction": "trim_fraction",
+    "dro_guard": "guard", "dro_guard_recover": "guard_recover", "dro_guard_escalate": "guard_escalate",
+    "dro_warmup": "warmup", "dro_importance_sampling": "importance=ImportanceSettings(enabled=...)",
+    "dro_clip": "importance=ImportanceSettings(clip=...)",
+    "dro_is_first_draw_one": "importance=ImportanceSettings(first_draw_one=...)",
+    "dro_is_self_normalise": "importance=ImportanceSettings(self_normalise=...)",
+    "dro_loss_smoothing": "loss_smoothing", "dro_init_loss": "init_loss", "dro_seed": "seed",
+    "dro_group_column": "column", "dro_group_eta": "eta", "reweight_schedule": "schedule",
+    "reweight_momentum": "momentum", "reweight_clip": "clip",
+}
+
+
+def check_settings_attributes(cls: type) -> None:
+    """Refuse a trainer class (or any of its bases) that sets a retired weighting attribute: it
+    would be silently ignored, and the run trained as something it did not ask for.
+
+    >>> class Old(nnUNetTrainerDROAdaptive):
+    ...     dro_fraction = 0.6
+    >>> check_settings_attributes(Old)
+    Traceback (most recent call last):
+    ...
+    RuntimeError: Old.dro_fraction = 0.6 is no longer read: the case weighting is dro_settings. Write dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, fraction=...) (from dataclasses import replace) instead.
+    """
+    for klass in cls.__mro__:
+        for name, field_name in RETIRED_ATTRIBUTES.items():
+            if name in vars(klass):
+                base = next((b for b in cls.__mro__[1:] if "dro_settings" in vars(b)), None)
+                base_name = base.__name__ if base is not None else "nnUNetTrainerCaseWeighting"
+                if field_name.isidentifier():
+                    how = f"dro_settings = replace({base_name}.dro_settings, {field_name}=...)"
+                elif field_name.startswith("importance="):
+                    how = f"dro_settings = replace({base_name}.dro_settings, {field_name})"
+                else:  # dro_scheme: the scheme is the settings' type
+                    how = f"dro_settings = <one of {field_name}>(...) (the scheme is its type)"
+                raise RuntimeError(f"{klass.__name__}.{name} = {vars(klass)[name]!r} is no longer read: the case "
+                                   f"weighting is dro_settings. Write {how} (from dataclasses import replace) "
+                                   f"instead.")
 
 
 class nnUNetTrainerConfigurableSGD(nnUNetTrainer):
@@ -104,6 +147,15 @@ class nnUNetTrainerPerSampleLoss(nnUNetTrainerConfigurableSGD):
     """Base of the trainers that weight cases: ``self.per_sample_loss`` is the per-sample twin of
     nnU-Net's loss (shape ``(b,)``; nnU-Net's own ``self.loss`` is kept for validation), and
     :meth:`_optimizer_step` is nnU-Net's backward/step (GradScaler on CUDA, gradient clipping at 12)."""
+
+    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
+                 device: torch.device = torch.device('cuda')):
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        self._check_retired_attributes()
+
+    def _check_retired_attributes(self) -> None:
+        """Refuse, at construction, class attributes that an earlier version read and this one
+        would silently ignore (each trainer family adds its own)."""
 
     def _build_loss(self):
         loss = super()._build_loss()  # nnU-Net's loss: kept for validation and as the template
@@ -195,72 +247,28 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
     ``mean(w * l)``, then ``update`` with every rank's (case, loss, draw beta). Trainers differ only
     in class attributes.
 
-    Attributes (all ``dro_*``):
+    The case weighting is ``dro_settings``, one frozen dataclass of
+    :mod:`nnunet_dro.weighting.settings` whose type is the scheme: ``HardnessSettings`` (Algorithm 1,
+    fixed beta), ``AdaptiveHardnessSettings`` (scale-free beta, ERM phase, probability cap, outlier
+    trim, stability guard), ``Chi2HardnessSettings``, ``KLReweightSettings`` (uniform draws), and
+    the schemes that use what the user knows (tables found as :mod:`nnunet_dro.training.case_tables`
+    describes): ``FixedWeightSettings`` (``case_weights.tsv``), ``GroupBalancedSettings`` and
+    ``GroupDROSettings`` (groups of ``subgroups.tsv``). A field exists only on the scheme it acts on,
+    so e.g. an ERM phase on the fixed-beta scheme cannot be written. A variant replaces fields::
 
-    - ``dro_scheme``: ``"kl"`` (Algorithm 1, fixed ``dro_beta``), ``"kl_adaptive"`` (scale-free beta:
-      ``dro_fraction``, ``dro_beta_max``, ``dro_beta_rule``, ``dro_kappa``, and ``dro_max_weight``: no
-      case above that multiple of the uniform probability), ``"chi2"`` (Pearson
-      chi-square DRO with ``dro_beta``), ``"kl_reweight"`` (uniform draws, ``reweight_*``), and the
-      schemes that use what the user knows (tables found as :mod:`nnunet_dro.training.case_tables`
-      describes): ``"case_weights"`` (draws proportional to ``case_weights.tsv``),
-      ``"group_balanced"`` and ``"group_dro"`` (groups of ``subgroups.tsv``, column
-      ``dro_group_column`` or the first; group DRO step size ``dro_group_eta``).
-    - ``dro_importance_sampling``, ``dro_clip``, ``dro_is_first_draw_one``, ``dro_is_self_normalise``:
-      the importance weights (:class:`~nnunet_dro.weighting.ImportanceWeights`).
-    - ``dro_warmup``: a uniform pass that gives every case a fresh loss first.
-    - ``dro_uniform_until`` (adaptive scheme only; on any other scheme an error at start): uniform
-      sampling (ERM) for this fraction of the epochs, robust weighting afterwards; the stale losses
-      are refreshed throughout.
-    - ``dro_uniform_until_learned`` (adaptive scheme only, likewise): uniform sampling (ERM) until
-      the first epoch at whose end every structure's pseudo-Dice (nnU-Net's online validation) is at
-      least this value, robust weighting from the next epoch on (None: off). A run whose last
-      structures are learned late gets robust weighting late, or never: it then trains exactly as ERM.
-    - ``dro_guard`` (adaptive scheme only): the stability guard (:mod:`nnunet_dro.training.guard`):
-      uniform sampling from the epoch after a learned structure's pseudo-Dice (once >= 0.5) fell
-      below 0.05 until every lost structure is back to ``dro_guard_recover`` (0.5) of its best;
-      with ``dro_guard_escalate``, each back-off after the first returns with ``f`` halfway closer
-      to 1. Every decision is logged (``DRO guard: ...``) and shaded in ``dro_progress.png``.
-    - ``dro_trim_fraction`` (adaptive scheme only): the hardest ``ceil(fraction * n)`` cases by
-      stale loss leave the hardness distribution and are drawn at the uniform rate (an outlier
-      trim after DORO: a wrongly labelled case is not chased); 0 (the default): none. Which cases
-      are trimmed is logged every epoch (``DRO: trimmed ...``).
-    - ``dro_loss_smoothing``: ``L_i <- L_i + s (l_i - L_i)``; 1 replaces (the paper).
-    - ``dro_init_loss``: ``L_init`` (None: 100, above any per-case Dice + CE of nnU-Net, so every
-      case is drawn once before hardness takes over).
-    - ``dro_seed``: seed of the draws (rank r uses seed + r); None: fresh entropy.
+        dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, fraction=0.25)
+
+    The former ``dro_*`` / ``reweight_*`` weighting attributes are refused at construction
+    (:data:`RETIRED_ATTRIBUTES`). Reporting attributes stay plain attributes:
+    ``dro_num_hardest_logged``, ``dro_write_report_every_epoch``, ``dro_progress_time_fraction``.
     """
 
-    dro_scheme: str = "kl"
-    dro_beta: float = 100.0
-    dro_fraction: float = 0.5
-    dro_beta_max: float = 100.0
-    dro_beta_rule: str = "perplexity"
-    dro_kappa: float = 1.0
-    dro_max_weight: Optional[float] = None
-    dro_uniform_until: float = 0.0
-    dro_uniform_until_learned: Optional[float] = None
-    dro_trim_fraction: float = 0.0
-    dro_guard: bool = False
-    dro_guard_recover: float = RECOVER
-    dro_guard_escalate: bool = True
-    dro_warmup: bool = False
-    dro_importance_sampling: bool = True
-    dro_clip: Tuple[float, float] = (0.1, 10.0)
-    dro_is_first_draw_one: bool = False
-    dro_is_self_normalise: bool = False
-    dro_loss_smoothing: float = 1.0
-    dro_init_loss: Optional[float] = None
-    dro_seed: Optional[int] = None
-    dro_group_column: Optional[str] = None
-    dro_group_eta: float = 0.01
+    dro_settings: WeightingSettings = HardnessSettings()
     dro_num_hardest_logged: int = 5
     dro_write_report_every_epoch: bool = True
     #: dro_progress.png is redrawn after an epoch only while drawing it takes at most this fraction of
     #: the wall time (0.3-0.8 s a drawing; 1.0: nearly every epoch); always at the end of training
     dro_progress_time_fraction: float = 0.01
-    reweight_schedule: Tuple[Tuple[float, float], ...] = ((0.0, 1.0), (1 / 3, 0.1), (2 / 3, 0.03))
-    reweight_momentum: float = 0.5
-    reweight_clip: Optional[Tuple[float, float]] = None
 
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):
@@ -276,13 +284,15 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         except ValueError as e:
             raise RuntimeError(f"{type(self).__name__}.dro_progress_time_fraction: {e}") from None
 
+    def _check_retired_attributes(self) -> None:
+        super()._check_retired_attributes()
+        check_settings_attributes(type(self))
+
     # ------------------------------------------------------------------ set-up
     @property
     def scheme(self) -> str:
-        scheme = self.dro_scheme
-        if scheme not in SCHEMES:
-            raise RuntimeError(f"{type(self).__name__}.dro_scheme = {scheme!r}: expected one of {SCHEMES}")
-        return scheme
+        """The scheme's name (``dro_settings``' type's ``scheme``; the ``'scheme'`` of the state)."""
+        return self.dro_settings.scheme
 
     def initialize(self):
         super().initialize()
@@ -293,71 +303,40 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                                f"{self.sgd_nesterov and self.sgd_momentum > 0}")
 
     def build_case_weighting(self, num_cases: int) -> CaseWeighting:
-        """The scheme named by the class attributes (override for a scheme of your own)."""
-        seed = None if self.dro_seed is None else int(self.dro_seed) + self.local_rank
-        init = DEFAULT_INIT_LOSS if self.dro_init_loss is None else float(self.dro_init_loss)
-        importance = ImportanceWeights(enabled=self.dro_importance_sampling, clip=tuple(self.dro_clip),
-                                       first_draw_one=self.dro_is_first_draw_one,
-                                       self_normalise=self.dro_is_self_normalise)
-        common = dict(init_loss=init, importance=importance, seed=seed, shared=True, warmup=self.dro_warmup,
-                      loss_smoothing=self.dro_loss_smoothing)
-        scheme = self.scheme
-        if scheme in TABLE_SCHEMES:
-            return self._build_table_weighting(scheme, seed)
-        if scheme == "kl":
-            return HardnessWeighting(num_cases, beta=self.dro_beta, **common)
-        if scheme == "chi2":
-            return Chi2HardnessWeighting(num_cases, beta=self.dro_beta, **common)
-        if scheme == "kl_adaptive":
-            return AdaptiveHardnessWeighting(num_cases, fraction=self.dro_fraction, beta_max=self.dro_beta_max,
-                                             rule=self.dro_beta_rule, kappa=self.dro_kappa,
-                                             uniform_until=self.dro_uniform_until, max_weight=self.dro_max_weight,
-                                             hold_uniform=self.dro_uniform_until_learned is not None,
-                                             trim_fraction=self.dro_trim_fraction, **common)
-        return KLReweighting(num_cases, schedule=self.reweight_schedule, momentum=self.reweight_momentum,
-                             clip=self.reweight_clip, seed=seed)
+        """The scheme of ``dro_settings`` (override for a scheme of your own)."""
+        settings = self.dro_settings
+        if settings.needs_table:
+            return self._build_table_weighting(settings)
+        return settings.build(num_cases, rank=self.local_rank, shared=True)
 
-    def _check_erm_phase_attributes(self, scheme: str) -> None:
-        """The ERM phase (``dro_uniform_until``, ``dro_uniform_until_learned``), the guard and the
-        outlier trim belong to the adaptive scheme: set on another scheme they would be silently
-        ignored, so a subclass that sets one there is told at start rather than trained as something
-        it did not ask for."""
-        if scheme == "kl_adaptive":
-            return
-        for name in ("dro_uniform_until", "dro_uniform_until_learned", "dro_guard", "dro_trim_fraction"):
-            value = getattr(self, name)
-            if value != getattr(nnUNetTrainerCaseWeighting, name):  # the class default is "off"
-                raise RuntimeError(f"{type(self).__name__}.{name} = {value!r} only acts with dro_scheme "
-                                   f"'kl_adaptive', not {scheme!r}; remove it or subclass nnUNetTrainerDROAdaptive")
-
-    def _build_table_weighting(self, scheme: str, seed: Optional[int]) -> CaseWeighting:
+    def _build_table_weighting(self, settings: WeightingSettings) -> CaseWeighting:
         """Fixed case weights, group-balanced sampling or group DRO, from the user's tables."""
         where = dict(dataset_name=self.plans_manager.dataset_name,
                      preprocessed_base=os.path.dirname(self.preprocessed_dataset_folder_base), raw_base=nnUNet_raw)
-        if scheme == "case_weights":
+        if isinstance(settings, FixedWeightSettings):
             path = find_case_table(CASE_WEIGHTS_FILENAME, CASE_WEIGHTS_ENV, **where)
             all_cases = [str(c) for c in self.dataset_class.get_identifiers(self.preprocessed_dataset_folder)]
             weights = read_case_weights(path, self.dro_case_ids, all_cases)
             self.print_to_log_file(f"DRO: case weights from {path}")
-            return FixedWeighting(weights, seed=seed, shared=True)
+            return settings.build(weights, rank=self.local_rank, shared=True)
         path = find_case_table(SUBGROUPS_FILENAME, SUBGROUPS_ENV, **where)
         column, groups = read_case_groups(path, self.dro_case_ids,
-                                          os.environ.get(GROUP_COLUMN_ENV) or self.dro_group_column)
+                                          os.environ.get(GROUP_COLUMN_ENV) or settings.column)
         self.print_to_log_file(f"DRO: groups from column {column!r} of {path}")
-        if scheme == "group_balanced":
-            return GroupBalancedWeighting(groups, seed=seed, shared=True)
-        return GroupDROWeighting(groups, eta=self.dro_group_eta, seed=seed, shared=True)
+        return settings.build(groups, rank=self.local_rank, shared=True)
 
     def _create_case_weighting(self, case_ids: Sequence[str]) -> None:
         self._close_case_weighting()
         self.dro_case_ids = sorted(str(c) for c in case_ids)
         self._dro_index_of = {c: i for i, c in enumerate(self.dro_case_ids)}
-        self._check_erm_phase_attributes(self.scheme)  # here, so an overridden build_case_weighting keeps it
-        if self.dro_guard:
+        if not isinstance(self.dro_settings, WeightingSettings):
+            raise RuntimeError(f"{type(self).__name__}.dro_settings = {self.dro_settings!r}: expected the settings "
+                               f"of a scheme of nnunet_dro.weighting.settings (e.g. AdaptiveHardnessSettings())")
+        if self._guard_on:
             try:
-                check_guard_settings(LEARNED, THRESHOLD, float(self.dro_guard_recover))
+                check_guard_settings(LEARNED, THRESHOLD, float(self.dro_settings.guard_recover))
             except ValueError as e:
-                raise RuntimeError(f"{type(self).__name__}.dro_guard_recover: {e}") from None
+                raise RuntimeError(f"{type(self).__name__}.dro_settings.guard_recover: {e}") from None
         self.case_weighting = self.build_case_weighting(len(self.dro_case_ids))
 
     def _close_case_weighting(self) -> None:
@@ -485,7 +464,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                 pseudo_dice_history(self), self.num_epochs,
                 advice="robust weighting draws hard cases more and so leaves fewer draws for what every case "
                        "still lacks: consider more epochs"))
-            if self.dro_guard:
+            if self._guard_on:
                 state, _ = self._replay_guard(pseudo_dice_history(self))
                 self.print_to_log_file(f"DRO guard: {state.backoffs} back-off(s) to uniform sampling, "
                                        f"{len(state.backed_off_epochs)} of {self.num_epochs} epochs sampled uniformly"
@@ -497,10 +476,14 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             self._dro_final_state = self._dro_state()
             self._close_case_weighting()
 
+    @property
+    def _guard_on(self) -> bool:
+        return bool(getattr(self.dro_settings, "guard", False))  # only the adaptive scheme has a guard
+
     def _release_when_learned(self, history: list) -> None:
-        """End the ERM phase of ``dro_uniform_until_learned`` once the epoch that just ended had every
+        """End the ERM phase of ``dro_settings.uniform_until_learned`` once the epoch that just ended had every
         structure learned (every rank logs the same gathered pseudo-Dice, so all release together)."""
-        threshold = self.dro_uniform_until_learned
+        threshold = getattr(self.dro_settings, "uniform_until_learned", None)  # adaptive scheme only
         weighting = self.case_weighting
         if threshold is None or weighting is None or not weighting.held_uniform:
             return
@@ -510,17 +493,18 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                                    f"{self.current_epoch - 1}: robust weighting from epoch {self.current_epoch} on")
 
     def _replay_guard(self, history: list):
-        return replay_guard(history, LEARNED, THRESHOLD, float(self.dro_guard_recover))
+        return replay_guard(history, LEARNED, THRESHOLD, float(self.dro_settings.guard_recover))
 
     def _apply_guard(self, history: list, announce: bool) -> None:
         """Put the stability guard's state for the next epoch into the weighting (a pure function of
         the logged pseudo-Dice, so a resumed run gets the same state) and log the decision taken at
         the end of the epoch that just ended (every rank sees the same gathered pseudo-Dice)."""
-        if not self.dro_guard or self.case_weighting is None:
+        if not self._guard_on or self.case_weighting is None:
             return
+        settings = self.dro_settings
         state, events = self._replay_guard(history)
-        fraction = escalated_fraction(self.dro_fraction, state.backoffs) if self.dro_guard_escalate \
-            else float(self.dro_fraction)
+        fraction = escalated_fraction(settings.fraction, state.backoffs) if settings.guard_escalate \
+            else float(settings.fraction)
         self.case_weighting.set_backoff(state.backed_off, fraction)
         if not announce or self.local_rank != 0:
             return
@@ -535,12 +519,12 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         if event.kind == "back-off":
             return (f"DRO guard: learned structure lost at epoch {event.epoch}: {what}; back-off {event.backoffs}: "
                     f"uniform sampling (ERM) from epoch {event.epoch + 1} until it is back to "
-                    f"{float(self.dro_guard_recover):g} of its best")
+                    f"{float(self.dro_settings.guard_recover):g} of its best")
         if getattr(self.case_weighting, "held_uniform", False):
             # recovered inside the ERM phase: sampling stays uniform; saying "robust weighting again"
             # would misread the log of a run that has not left its ERM phase yet
             return (f"DRO guard: recovered at epoch {event.epoch}: {what}; still in the ERM phase (uniform "
-                    f"until every structure's pseudo-Dice >= {float(self.dro_uniform_until_learned):g}), "
+                    f"until every structure's pseudo-Dice >= {float(self.dro_settings.uniform_until_learned):g}), "
                     f"robust weighting then with f = {fraction:g}")
         return (f"DRO guard: recovered at epoch {event.epoch}: {what}; robust weighting again from epoch "
                 f"{event.epoch + 1} with f = {fraction:g}")
@@ -588,8 +572,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             "case_ids": list(self.dro_case_ids),
             "weighting": self.case_weighting.state_dict(),
             "history": deepcopy(self._dro_history),
-            "config": {k: getattr(self, k) for k in sorted(dir(type(self)))
-                       if k.startswith(("dro_", "reweight_")) and not callable(getattr(self, k))},
+            # what the run was trained with (plain values; read by people and tests, not by --c)
+            "config": self.dro_settings.as_dict(),
         }
 
     def _extra_checkpoint_state(self) -> Optional[Dict[str, Any]]:
@@ -652,8 +636,7 @@ class nnUNetTrainerDRO(nnUNetTrainerCaseWeighting):
     for what changes compared with ``nnUNetTrainer``; the attributes are those of
     :class:`nnUNetTrainerCaseWeighting`."""
 
-    dro_scheme = "kl"
-    dro_beta = 100.0
+    dro_settings = HardnessSettings(beta=100.0, importance=ImportanceSettings(enabled=True, clip=(0.1, 10.0)))
 
 
 class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
@@ -663,7 +646,7 @@ class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
     docs/evidence.md. Its gains need a budget at which nnU-Net learns every structure well before
     the end; the end of the training log says whether a run had one.
 
-    The ERM phase (``dro_uniform_until_learned = 0.2``): uniform sampling until the first epoch at
+    The ERM phase (``uniform_until_learned = 0.2``): uniform sampling until the first epoch at
     whose end every structure's pseudo-Dice is at least 0.2, robust weighting from the next epoch
     on. Drawing hard cases more means fewer draws for what every case still lacks: robust weighting
     from the first epoch kept two structures from being learned at all in one 40-case run of four,
@@ -673,23 +656,19 @@ class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
     of leaving 0. ``nnUNetTrainerDROAdaptive_fromStart`` is the same without the ERM phase.
 
     ``beta_t`` is re-solved from the stale losses so that the drawing distribution stays spread over
-    at least ``dro_fraction`` (here 50 %) of the training cases (perplexity ``exp(H(p)) >= f n``,
-    the KL-constrained DRO problem), capped at ``dro_beta_max`` = 100 (the paper's beta). No case
-    gets more than ``dro_max_weight / n`` of the probability (``p = softmax(beta_t * min(L, tau))``:
+    at least ``fraction`` (here 50 %) of the training cases (perplexity ``exp(H(p)) >= f n``,
+    the KL-constrained DRO problem), capped at ``beta_max`` = 100 (the paper's beta). No case
+    gets more than ``max_weight / n`` of the probability (``p = softmax(beta_t * min(L, tau))``:
     the KL ball intersected with a CVaR box; without it one outlier can take a quarter of the draws
-    at f = 0.5). The step is the plain mean over the cases drawn (``dro_importance_sampling =
+    at f = 0.5). The step is the plain mean over the cases drawn (``importance.enabled =
     False``): the DRO gradient at the stale losses. With importance weights on (the ``_f25`` ...
     ``_f90`` variants) they use the beta a case was drawn with, are 1 at a case's first draw (its
     stale loss is still ``L_init``) and are self-normalised (their running mean is divided out, so
     the optimiser's effective learning rate stays nnU-Net's).
     """
 
-    dro_scheme = "kl_adaptive"
-    dro_fraction = 0.5
-    dro_importance_sampling = False
-    dro_beta_max = 100.0
-    dro_max_weight = 5.0
-    dro_is_first_draw_one = True
-    dro_is_self_normalise = True
-    dro_guard = True
-    dro_uniform_until_learned = ALL_LEARNED
+    dro_settings = AdaptiveHardnessSettings(
+        fraction=0.5, beta_max=100.0, max_weight=5.0, guard=True, guard_recover=RECOVER,
+        uniform_until_learned=ALL_LEARNED,
+        # off; the variants that turn them on get draw-time-beta weights, 1 at a first draw, self-normalised
+        importance=ImportanceSettings(enabled=False, first_draw_one=True, self_normalise=True))

@@ -21,6 +21,10 @@ One interface (:class:`CaseWeighting`: ``sample_with_beta``, ``weights``, ``upda
 >>> scheme.update(idx, [0.4, 0.9], beta)
 >>> scheme.close()
 
+Each scheme's settings are one frozen dataclass of :mod:`nnunet_dro.weighting.settings`
+(``HardnessSettings`` ... ``GroupDROSettings``, one to one with the classes above; ``build``
+makes the weighting), which is what a trainer holds as ``dro_settings``.
+
 The arithmetic cores of the schemes that weight without sampling live here too:
 :class:`~nnunet_dro.weighting.kl_reweighter.KLReweighter` (KL-DRO by multiplicative weights) and
 :func:`~nnunet_dro.weighting.learning_to_reweight.learning_to_reweight` (imports torch).
@@ -29,6 +33,13 @@ from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights
 from nnunet_dro.weighting.hardness import AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting
 from nnunet_dro.weighting.groups import FixedWeighting, GroupBalancedWeighting, GroupDROWeighting
 from nnunet_dro.weighting.reweighting import KLReweighting
+from nnunet_dro.weighting.settings import (SETTINGS_CLASSES, AdaptiveHardnessSettings, Chi2HardnessSettings,
+                                           FixedWeightSettings, GroupBalancedSettings, GroupDROSettings,
+                                           HardnessSettings, ImportanceSettings, KLReweightSettings,
+                                           WeightingSettings)
 
 __all__ = ["CaseWeighting", "ImportanceWeights", "HardnessWeighting", "AdaptiveHardnessWeighting",
-           "Chi2HardnessWeighting", "KLReweighting", "FixedWeighting", "GroupBalancedWeighting", "GroupDROWeighting"]
+           "Chi2HardnessWeighting", "KLReweighting", "FixedWeighting", "GroupBalancedWeighting", "GroupDROWeighting",
+           "WeightingSettings", "HardnessSettings", "AdaptiveHardnessSettings", "Chi2HardnessSettings",
+           "KLReweightSettings", "FixedWeightSettings", "GroupBalancedSettings", "GroupDROSettings",
+           "ImportanceSettings", "SETTINGS_CLASSES"]

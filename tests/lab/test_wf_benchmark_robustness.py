@@ -259,7 +259,7 @@ def test_seeded_budget_trainers_start_from_the_same_weights(tmp_path):
             trainer.initialize()
             weights.append(torch.cat([p.detach().flatten() for p in trainer.network.parameters()]))
             widths.append(trainer.network.encoder.stages[0][0].convs[0].conv.out_channels)
-            seeds.append(getattr(trainer, 'dro_seed', None))
+            seeds.append(getattr(getattr(trainer, 'dro_settings', None), 'seed', None))
             if hasattr(trainer, 'case_weighting'):
                 trainer.case_weighting.close()
         full = plans['configurations']['3d_fullres']['architecture']['arch_kwargs']['features_per_stage'][0]

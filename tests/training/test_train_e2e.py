@@ -129,9 +129,9 @@ def test_adaptive_trainer_trains_with_workers_and_resumes_its_beta(label_dataset
     train(ds, env, trainer=trainer)
     first = load(folder / "checkpoint_final.pth")["dro_state"]
     # the default setting: f 0.5, no importance weights, no case above 5 / n of the probability
-    fraction, cap = nnUNetTrainerDROAdaptive.dro_fraction, nnUNetTrainerDROAdaptive.dro_max_weight
-    assert first["scheme"] == "kl_adaptive" and first["config"]["dro_fraction"] == fraction == 0.5
-    assert first["config"]["dro_max_weight"] == cap == 5.0
+    fraction, cap = nnUNetTrainerDROAdaptive.dro_settings.fraction, nnUNetTrainerDROAdaptive.dro_settings.max_weight
+    assert first["scheme"] == "kl_adaptive" and first["config"]["fraction"] == fraction == 0.5
+    assert first["config"]["settings"] == "AdaptiveHardnessSettings" and first["config"]["max_weight"] == cap == 5.0
     weighting = first["weighting"]
     beta = weighting["adaptive_beta"]
     assert 0 < beta <= 100.0 and np.isfinite(weighting["weight_scale"])
@@ -166,7 +166,7 @@ def test_until_learned_trainer_releases_robust_weighting_with_workers(label_data
     folder = fold_folder(ds, trainer)
     train(ds, train_env(ds, test_trainer_dir, num_epochs=2), trainer=trainer)
     state = load(folder / "checkpoint_final.pth")["dro_state"]
-    assert state["config"]["dro_uniform_until_learned"] == 0.0
+    assert state["config"]["uniform_until_learned"] == 0.0
     assert state["weighting"]["held_uniform"] is False
     beta = state["history"]["beta"]
     assert beta[0] == pytest.approx(1e-12) and beta[1] > 1e-6

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+from dataclasses import replace
 
 import pytest
 import torch
@@ -122,8 +123,7 @@ class _Step:
         class Trainer(FeaturePerturbation, Base):
             pass
 
-        for k, v in attrs.items():
-            setattr(Trainer, k, v)
+        Trainer.gils_settings = replace(FeaturePerturbation.gils_settings, **attrs)
         self.t = Trainer()
         self.t.network = network
         self.t.per_sample_loss = self.t._build_per_sample_loss(nnunet_loss)
@@ -139,7 +139,7 @@ def _batch():
 def test_step_loss_is_per_sample_and_its_gradient_reaches_the_body_through_the_perturbed_features():
     net, loss = _network_and_loss()
     x, ys = _batch()
-    step = _Step(net, loss, gils_clean_weight=0.0, gils_steps=3)
+    step = _Step(net, loss, clean_weight=0.0, steps=3)
     per_sample = step.t._forward_per_sample(x, ys)
     assert per_sample.shape == (2,)
     per_sample.sum().backward()
@@ -163,7 +163,7 @@ def test_step_loss_is_per_sample_and_its_gradient_reaches_the_body_through_the_p
 def test_zero_steps_and_clean_weight_give_the_smoothed_loss_at_the_clean_features():
     net, loss = _network_and_loss()
     x, ys = _batch()
-    for attrs in ({"gils_steps": 0, "gils_clean_weight": 0.0}, {"gils_steps": 4, "gils_clean_weight": 1.0}):
+    for attrs in ({"steps": 0, "clean_weight": 0.0}, {"steps": 4, "clean_weight": 1.0}):
         step = _Step(net, loss, **attrs)
         got = step.t._forward_per_sample(x, ys)
         expected = step.t.per_sample_loss(net(x), ys)
@@ -173,7 +173,7 @@ def test_zero_steps_and_clean_weight_give_the_smoothed_loss_at_the_clean_feature
 def test_step_without_deep_supervision():
     net, loss = _network_and_loss(deep_supervision=False)
     x, ys = _batch()
-    step = _Step(net, loss, gils_clean_weight=0.5)
+    step = _Step(net, loss, clean_weight=0.5)
     per_sample = step.t._forward_per_sample(x, ys[0])
     assert per_sample.shape == (2,) and torch.isfinite(per_sample).all()
 
@@ -194,12 +194,12 @@ def test_trainers_attributes_defaults_and_variants():
     from test_train_trainer_dir import _check_keeps_nnunet_signature_and_sets_only_attributes
 
     base = training.nnUNetTrainerDROLS
-    assert (base.gils_steps, base.gils_step_size, base.gils_gamma, base.gils_alpha, base.gils_clean_weight) == \
-        (6, 1.5, 1e-3, 0.1, 0.5)
-    assert training.nnUNetTrainerDROLS_T1.gils_steps == 1
+    g = base.gils_settings
+    assert (g.steps, g.step_size, g.gamma, g.alpha, g.clean_weight) == (6, 1.5, 1e-3, 0.1, 0.5)
+    assert training.nnUNetTrainerDROLS_T1.gils_settings.steps == 1
     _check_keeps_nnunet_signature_and_sets_only_attributes(training.nnUNetTrainerDROLS_T1, "nnUNetTrainerDROLS")
     combo = training.nnUNetTrainerDROLS_DRO
-    assert issubclass(combo, training.nnUNetTrainerDROAdaptive) and combo.gils_steps == 6
+    assert issubclass(combo, training.nnUNetTrainerDROAdaptive) and combo.gils_settings.steps == 6
     _check_keeps_nnunet_signature_and_sets_only_attributes(combo, "nnUNetTrainerDROLS")
     from nnunet_dro.lab.budget import BUDGET_TRAINERS
 
@@ -210,6 +210,8 @@ def test_trainers_attributes_defaults_and_variants():
 
 # ------------------------------------------------------------------ end to end, nnU-Net's CLI
 GILS_TEST_TRAINERS = '''
+from dataclasses import replace
+
 import torch
 
 from nnunet_dro.training import nnUNetTrainerDROLS_T1, nnUNetTrainerDROLS_DRO
@@ -233,7 +235,7 @@ class nnUNetTrainerDROLS_e2eTest(GilsTestSize, nnUNetTrainerDROLS_T1):
 
 
 class nnUNetTrainerDROLS_DRO_e2eTest(GilsTestSize, nnUNetTrainerDROLS_DRO):
-    gils_steps = 2
+    gils_settings = replace(nnUNetTrainerDROLS_DRO.gils_settings, steps=2)
 '''
 
 

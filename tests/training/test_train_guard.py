@@ -48,7 +48,7 @@ def test_guard_backs_off_returns_escalates_and_resumes(label_dataset, test_train
     # 1) four epochs: the first back-off and return, then the second back-off decided at epoch 3
     train(ds, guard_env(ds, test_trainer_dir, num_epochs=4), trainer=TRAINER)
     first = load(folder / "checkpoint_final.pth")["dro_state"]
-    assert first["config"]["dro_guard"] is True
+    assert first["config"]["guard"] is True
     check_history(first["history"], 4)
     log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
     assert ("DRO guard: learned structure lost at epoch 1: sphere (pseudo-Dice 0.000, best 0.900); back-off 1: "

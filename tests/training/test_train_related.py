@@ -57,7 +57,8 @@ NEW_TRAINERS = ["nnUNetTrainerDROChi2", "nnUNetTrainerDROChi2_noWarmup", "nnUNet
 def test_sampling_variants_only_set_attributes(name, divergence, beta, importance_sampling, warmup):
     cls = getattr(training, name)
     assert issubclass(cls, training.nnUNetTrainerDRO)
-    assert (cls.dro_scheme, cls.dro_beta, cls.dro_importance_sampling, cls.dro_warmup) == \
+    settings = cls.dro_settings
+    assert (settings.scheme, settings.beta, settings.importance.enabled, settings.warmup) == \
         (divergence, beta, importance_sampling, warmup)
     if name != "nnUNetTrainerDRO":
         assert "__init__" not in vars(cls) and not [k for k, v in vars(cls).items() if callable(v)]
@@ -101,12 +102,13 @@ def test_l2rw_validation_subset_rejects_empty_fold():
 
 def test_reweight_schedule_is_increasingly_robust_and_the_reweighter_follows_it():
     cls = training.nnUNetTrainerDROReweight
-    starts = [s for s, _ in cls.reweight_schedule]
-    temperatures = [r for _, r in cls.reweight_schedule]
+    settings = cls.dro_settings
+    starts = [s for s, _ in settings.schedule]
+    temperatures = [r for _, r in settings.schedule]
     assert starts[0] == 0.0 and starts == sorted(starts)
     assert temperatures == sorted(temperatures, reverse=True)  # r decreases: beta = 1/r grows
     from nnunet_dro.weighting.kl_reweighter import KLReweighter
-    rw = KLReweighter(cls.reweight_schedule, cls.reweight_momentum, cls.reweight_clip)
+    rw = KLReweighter(settings.schedule, settings.momentum, settings.clip)
     losses = np.array([0.1, 0.4])  # a spread typical of nnU-Net's Dice+CE per case
     early, late = rw.weights(losses, progress=0.0), rw.weights(losses, progress=0.99)
     assert early[1] / early[0] == pytest.approx(np.exp(0.3 / temperatures[0]))
@@ -136,7 +138,7 @@ def train(ds, trainer_dir, trainer, num_epochs=1, *extra):
 def test_chi2_trainer_trains_with_nnunet_cli(label_dataset, related_trainer_dir):
     checkpoint, log = train(label_dataset, related_trainer_dir, "nnUNetTrainerDROChi2_e2eTest")
     state = checkpoint["dro_state"]
-    assert state["scheme"] == "chi2" and state["config"]["dro_warmup"] is True
+    assert state["scheme"] == "chi2" and state["config"]["warmup"] is True
     assert state["weighting"]["sampler"]["divergence"] == "chi2"
     batch_size = checkpoint["init_args"]["plans"]["configurations"]["3d_fullres"]["batch_size"]
     counts = np.asarray(state["weighting"]["sampler"]["draw_counts"])
@@ -157,7 +159,7 @@ def test_reweight_trainer_trains_with_nnunet_cli(label_dataset, related_trainer_
     checkpoint, log = train(label_dataset, related_trainer_dir, "nnUNetTrainerDROReweight_e2eTest")
     state = checkpoint["dro_state"]
     assert state["scheme"] == "kl_reweight"
-    assert state["weighting"]["reweighter"]["r"] == training.nnUNetTrainerDROReweight.reweight_schedule[0][1]
+    assert state["weighting"]["reweighter"]["r"] == training.nnUNetTrainerDROReweight.dro_settings.schedule[0][1]
     assert np.isfinite(state["weighting"]["reweighter"]["log_u"])
     assert "KL reweighting: uniform draws" in log and "DRO: beta 1, perplexity" in log
     # the latest loss of the cases it saw is kept for the hardness report

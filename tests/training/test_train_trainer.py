@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ from batchgenerators.utilities.file_and_folder_operations import load_json
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
 from nnunet_dro.training import (DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS, nnUNetTrainerDROAdaptive,
-                                 nnUNetTrainerDROAdaptive_fromStart)
+                                 nnUNetTrainerDROAdaptive_fromStart, nnUNetTrainerDROChi2)
 from nnunet_dro.training.nnunet_compat import compatibility_problems
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -85,7 +87,7 @@ def test_train_step_updates_the_stale_losses_of_the_drawn_cases(label_dataset, m
         assert s.draw_counts.sum() == len(idx)
         if len(set(idx.tolist())) in (1, len(idx)):
             assert math.isclose(float(out["loss"]), float(after[idx].mean()), rel_tol=1e-9)
-        if cls.dro_importance_sampling:
+        if cls.dro_settings.importance.enabled:
             assert trainer.case_weighting.counters.num_weights == len(idx)
             # the initial stale loss lies far above a fresh loss: beta*(l - L) << log 0.1, clipped
             assert trainer.case_weighting.counters.num_clipped == len(idx)
@@ -165,13 +167,14 @@ def test_installed_nnunet_has_the_shape_nnunet_compat_mirrors():
 
 
 class _CapTrainerForFewCases(nnUNetTrainerDROAdaptive_fromStart):
-    dro_max_weight = 1.5  # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
+    # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
+    dro_settings = replace(nnUNetTrainerDROAdaptive_fromStart.dro_settings, max_weight=1.5)
 
 
 def test_cap_trainer_builds_a_capped_scale_free_scheme(label_dataset, monkeypatch):
-    """``dro_max_weight`` reaches the scheme: one very hard case is held at c / n of the draws."""
-    assert (nnUNetTrainerDROAdaptive.dro_max_weight, nnUNetTrainerDROAdaptive.dro_fraction,
-            nnUNetTrainerDROAdaptive.dro_importance_sampling) == (5.0, 0.5, False)
+    """``max_weight`` reaches the scheme: one very hard case is held at c / n of the draws."""
+    default = nnUNetTrainerDROAdaptive.dro_settings
+    assert (default.max_weight, default.fraction, default.importance.enabled) == (5.0, 0.5, False)
     trainer = make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=_CapTrainerForFewCases)
     try:
         w = trainer.case_weighting
@@ -187,7 +190,8 @@ def test_cap_trainer_builds_a_capped_scale_free_scheme(label_dataset, monkeypatc
 
 
 class _UntilLearnedForFewCases(nnUNetTrainerDROAdaptive):
-    dro_max_weight = None  # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
+    # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
+    dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, max_weight=None)
 
 
 @pytest.mark.parametrize("released", [False, True])
@@ -231,37 +235,48 @@ class _FixedBetaWithWarmFraction(nnUNetTrainerDRO):
     dro_uniform_until = 0.5
 
 
-class _FixedBetaUntilLearned(nnUNetTrainerDRO):
-    dro_uniform_until_learned = 0.2
+class _AdaptiveOldFraction(nnUNetTrainerDROAdaptive):
+    dro_fraction = 0.6
 
 
-class _Chi2UntilLearned(nnUNetTrainerDRO):
+class _OldScheme(nnUNetTrainerDRO):
     dro_scheme = "chi2"
-    dro_uniform_until_learned = 0.0  # 0.0 is "on" (any pseudo-Dice counts), not "off"
 
 
-class _FixedBetaTrimmed(nnUNetTrainerDRO):
-    dro_trim_fraction = 0.05
+class _OldImportance(nnUNetTrainerDRO):
+    dro_importance_sampling = False
 
 
-@pytest.mark.parametrize("cls, attribute, scheme", [
-    (_FixedBetaTrimmed, "dro_trim_fraction", "kl"),
-    (_FixedBetaWithWarmFraction, "dro_uniform_until", "kl"),
-    (_FixedBetaUntilLearned, "dro_uniform_until_learned", "kl"),
-    (_Chi2UntilLearned, "dro_uniform_until_learned", "chi2"),
+@pytest.mark.parametrize("cls, attribute, replacement", [
+    (_FixedBetaWithWarmFraction, "dro_uniform_until", "replace(nnUNetTrainerDRO.dro_settings, uniform_until=...)"),
+    (_AdaptiveOldFraction, "dro_fraction", "replace(nnUNetTrainerDROAdaptive.dro_settings, fraction=...)"),
+    (_OldScheme, "dro_scheme", "<one of HardnessSettings, AdaptiveHardnessSettings"),
+    (_OldImportance, "dro_importance_sampling",
+     "replace(nnUNetTrainerDRO.dro_settings, importance=ImportanceSettings(enabled=...))"),
 ])
-def test_erm_phase_attributes_on_a_non_adaptive_scheme_stop_the_start(label_dataset, monkeypatch, cls, attribute,
-                                                                       scheme):
-    """The ERM phase belongs to the adaptive scheme; named on another, initialize() says so (one line,
-    naming the class, the attribute and the scheme) instead of silently training without it."""
-    with pytest.raises(RuntimeError, match=rf"^{cls.__name__}\.{attribute} = .* only acts with dro_scheme "
-                                           rf"'kl_adaptive', not '{scheme}'; [^\n]*$"):
+def test_a_retired_weighting_attribute_stops_the_construction(label_dataset, monkeypatch, cls, attribute,
+                                                              replacement):
+    """A subclass still setting a former ``dro_*`` weighting attribute is refused at construction (one
+    line naming the class, the attribute and what replaces it), never trained as if it were unset."""
+    with pytest.raises(RuntimeError, match=rf"^{cls.__name__}\.{attribute} = .* is no longer read: the case "
+                                           rf"weighting is dro_settings\. Write dro_settings = "
+                                           rf"{re.escape(replacement)}[^\n]*$"):
         make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=cls)
 
 
+def test_an_erm_phase_cannot_be_written_on_a_non_adaptive_scheme():
+    """The ERM phase, the guard and the outlier trim belong to the adaptive scheme: the other
+    schemes' settings have no such field, so the combination cannot be written (replace() refuses)."""
+    for settings in (nnUNetTrainerDRO.dro_settings, nnUNetTrainerDROChi2.dro_settings):
+        for field_name, value in (("uniform_until", 0.5), ("uniform_until_learned", 0.0), ("guard", True),
+                                  ("trim_fraction", 0.05)):
+            with pytest.raises(TypeError, match=field_name):
+                replace(settings, **{field_name: value})
+
+
 class _TrimmedForFewCases(nnUNetTrainerDROAdaptive):
-    dro_max_weight = None  # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
-    dro_trim_fraction = 0.2
+    # the test dataset has 4-5 training cases: a cap of 5 / n would not bind
+    dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, max_weight=None, trim_fraction=0.2)
 
 
 def test_trimmed_cases_are_drawn_at_the_uniform_rate_and_logged(label_dataset, monkeypatch):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import nnunet_dro.training as training
+from nnunet_dro.weighting.settings import AdaptiveHardnessSettings, HardnessSettings
 
 BIN = Path(sys.executable).parent
 
@@ -75,6 +76,15 @@ def _check_keeps_nnunet_signature_and_sets_only_attributes(cls, base_name):
     assert list(inspect.signature(cls.__init__).parameters) == list(inspect.signature(nnUNetTrainer.__init__).parameters)
     if cls.__name__ != base_name:
         assert "__init__" not in vars(cls) and not [k for k, v in vars(cls).items() if callable(v)]
+        unknown = sorted(k for k in vars(cls) if k not in VARIANT_ATTRIBUTES and not (k.startswith("__") and k.endswith("__")))
+        assert not unknown, f"{cls.__name__} sets {unknown}: a variant sets only {sorted(VARIANT_ATTRIBUTES)}"
+
+
+#: what a variant file's class may set (attributes only): the settings of its scheme, the optimiser
+#: and the reporting attributes; anything else (a method, a property, a retired dro_* attribute) fails
+VARIANT_ATTRIBUTES = frozenset({"dro_settings", "gils_settings", "sgd_momentum", "sgd_nesterov",
+                                "dro_num_hardest_logged", "dro_write_report_every_epoch",
+                                "dro_progress_time_fraction"})
 
 
 def test_every_discovered_variant_only_sets_attributes():
@@ -102,8 +112,10 @@ def test_variants_only_set_attributes_and_keep_nnunet_constructor_signature():
     for name, (beta, importance_sampling, momentum) in table.items():
         cls = getattr(training, name)
         assert issubclass(cls, training.nnUNetTrainerDRO)
-        assert (cls.dro_beta, cls.dro_importance_sampling, cls.sgd_momentum) == (beta, importance_sampling, momentum)
-        assert cls.dro_clip == (0.1, 10.0)
+        settings = cls.dro_settings
+        assert type(settings) is HardnessSettings, name
+        assert (settings.beta, settings.importance.enabled, cls.sgd_momentum) == (beta, importance_sampling, momentum)
+        assert settings.importance.clip == (0.1, 10.0)
         _check_keeps_nnunet_signature_and_sets_only_attributes(cls, "nnUNetTrainerDRO")
     erm = training.nnUNetTrainer_SGDnoMomentum
     assert issubclass(erm, nnUNetTrainer) and not issubclass(erm, training.nnUNetTrainerDRO)
@@ -140,11 +152,12 @@ TRIM_FRACTIONS = {"nnUNetTrainerDROAdaptive_trim5": 0.05}
 @pytest.mark.parametrize("name", sorted(ADAPTIVE_VARIANTS))
 def test_adaptive_variants_keep_the_settings_they_were_measured_with(name):
     cls = getattr(training, name)
-    got = (cls.dro_fraction, cls.dro_importance_sampling, cls.dro_max_weight, cls.dro_beta_rule,
-           cls.dro_uniform_until, cls.dro_loss_smoothing, cls.dro_uniform_until_learned)
+    s = cls.dro_settings
+    got = (s.fraction, s.importance.enabled, s.max_weight, s.rule, s.uniform_until, s.loss_smoothing,
+           s.uniform_until_learned)
     assert got == ADAPTIVE_VARIANTS[name]
-    assert cls.dro_trim_fraction == TRIM_FRACTIONS.get(name, 0.0)
-    assert cls.dro_scheme == "kl_adaptive" and cls.dro_beta_max == 100.0
+    assert s.trim_fraction == TRIM_FRACTIONS.get(name, 0.0)
+    assert type(s) is AdaptiveHardnessSettings and s.scheme == "kl_adaptive" and s.beta_max == 100.0
     _check_keeps_nnunet_signature_and_sets_only_attributes(cls, "nnUNetTrainerDROAdaptive")
 
 
@@ -157,8 +170,10 @@ def test_a_variant_is_one_class_in_one_file():
 
     name = "nnUNetTrainerDROAdaptive_f60_testOnly"
     path = Path(variants.__file__).parent / f"{name}.py"
-    path.write_text("from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive\n\n\n"
-                    f"class {name}(nnUNetTrainerDROAdaptive):\n    dro_fraction = 0.6\n")
+    path.write_text("from dataclasses import replace\n\n"
+                    "from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive\n\n\n"
+                    f"class {name}(nnUNetTrainerDROAdaptive):\n"
+                    "    dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, fraction=0.6)\n")
     code = (
         "import sys\n"
         "from nnunetv2.utilities.find_objects import recursive_find_trainer_class_by_name as find\n"
@@ -166,9 +181,9 @@ def test_a_variant_is_one_class_in_one_file():
         "from nnunet_dro.lab.pipeline import ARM_TRAINERS\n"
         "name = sys.argv[1]\n"
         "assert name in training.__all__ and name + '_CPUBudget' not in training.__all__\n"
-        "assert find(name).dro_fraction == 0.6 and find(name).__name__ == name\n"
+        "assert find(name).dro_settings.fraction == 0.6 and find(name).__name__ == name\n"
         "twin = find(name + '_CPUBudget')\n"
-        "assert twin.dro_fraction == 0.6 and twin.budget_epochs == 120\n"
+        "assert twin.dro_settings.fraction == 0.6 and twin.budget_epochs == 120\n"
         "assert ARM_TRAINERS['DROAdaptive_f60_testOnly'] == name + '_CPUBudget'\n"
         "print('REACHABLE')\n"
     )

@@ -10,6 +10,7 @@ import pytest
 
 import nnunet_dro.training as training
 from nnunet_dro.training.variants import VARIANTS
+from nnunet_dro.weighting.settings import AdaptiveHardnessSettings, HardnessSettings
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 TEXT = PAGE.read_text()
@@ -48,9 +49,11 @@ def test_the_fixed_beta_table_states_each_trainers_beta_and_importance_sampling(
         (name,) = row_trainers(trainer)
         cls = getattr(training, name)
         if beta.startswith("ERM"):
-            assert not hasattr(cls, "dro_beta"), name
+            assert not hasattr(cls, "dro_settings"), name
             continue
-        assert cls.dro_beta == float(beta) and cls.dro_importance_sampling == importance.startswith("on"), name
+        settings = cls.dro_settings
+        assert type(settings) is HardnessSettings, name
+        assert settings.beta == float(beta) and settings.importance.enabled == importance.startswith("on"), name
 
 
 def test_the_scale_free_table_states_each_trainers_fraction_importance_weights_and_cap():
@@ -61,10 +64,11 @@ def test_the_scale_free_table_states_each_trainers_fraction_importance_weights_a
         fractions = numbers(fraction)
         assert len(fractions) == len(names), (names, fraction)
         for name, f in zip(names, fractions):
-            cls = getattr(training, name)
-            assert cls.dro_fraction == f, name
-            assert cls.dro_importance_sampling == importance.startswith("on"), name
-            assert cls.dro_max_weight == (None if cap.startswith("no cap") else numbers(cap)[0]), name
+            settings = getattr(training, name).dro_settings
+            assert type(settings) is AdaptiveHardnessSettings, name
+            assert settings.fraction == f, name
+            assert settings.importance.enabled == importance.startswith("on"), name
+            assert settings.max_weight == (None if cap.startswith("no cap") else numbers(cap)[0]), name
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

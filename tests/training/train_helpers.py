@@ -19,6 +19,7 @@ SHAPE = (24, 24, 24)
 TEST_TRAINER_MODULE = '''
 """Test-sized subclasses of the DRO trainers (found through nnUNet_extTrainer)."""
 import os
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -75,16 +76,16 @@ class nnUNetTrainerDROAdaptive_guard_e2eTest(TestSize, nnUNetTrainerDROAdaptive_
 class nnUNetTrainerDROAdaptive_guardInErmPhase_e2eTest(nnUNetTrainerDROAdaptive_guard_e2eTest):
     """The scripted pseudo-Dice of the guard test inside an ERM phase that never ends (no scripted
     value reaches 0.95): a back-off and a recovery that must leave the sampling uniform."""
-    dro_uniform_until_learned = 0.95
+    dro_settings = replace(nnUNetTrainerDROAdaptive_guard_e2eTest.dro_settings, uniform_until_learned=0.95)
 
 
 class nnUNetTrainerDROAdaptive_untilLearned_e2eTest(TestSize, nnUNetTrainerDROAdaptive):
     """The default's ERM phase, ended by any finite pseudo-Dice: released after epoch 0."""
-    dro_uniform_until_learned = 0.0
+    dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, uniform_until_learned=0.0)
 
 
 class nnUNetTrainerGroupDRO_e2eTest(TestSize, nnUNetTrainerGroupDRO):
-    dro_group_eta = 0.5  # moves q visibly within a few iterations
+    dro_settings = replace(nnUNetTrainerGroupDRO.dro_settings, eta=0.5)  # moves q visibly within a few iterations
 
 
 class nnUNetTrainerCaseWeights_e2eTest(TestSize, nnUNetTrainerCaseWeights):

@@ -1,4 +1,6 @@
 """One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+from dataclasses import replace
+
 from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive
 
 
@@ -8,4 +10,4 @@ class nnUNetTrainerDROAdaptive_fromStart(nnUNetTrainerDROAdaptive):
     177-case benchmark's headline table; on a 40-case cohort it kept two structures from being
     learned at all in one run of four (docs/evidence.md). Every other ``nnUNetTrainerDROAdaptive_*``
     variant derives from it, so that each keeps the setting it was measured with."""
-    dro_uniform_until_learned = None
+    dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, uniform_until_learned=None)

@@ -1,4 +1,6 @@
 """One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+from dataclasses import replace
+
 from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive
 
 
@@ -8,4 +10,4 @@ class nnUNetTrainerDROAdaptive_trim5(nnUNetTrainerDROAdaptive):
     or partial labels, whose loss stays the highest however well the network learns, are not drawn at
     the cap for the whole training (the idea of DORO, Zhai et al., ICML 2021). For cohorts whose
     labels may be dirty; not measured to keep the default's gains on clean labels."""
-    dro_trim_fraction = 0.05
+    dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, trim_fraction=0.05)

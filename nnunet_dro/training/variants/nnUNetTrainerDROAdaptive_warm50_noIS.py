@@ -1,4 +1,6 @@
 """One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+from dataclasses import replace
+
 from nnunet_dro.training.variants.nnUNetTrainerDROAdaptive_noIS import nnUNetTrainerDROAdaptive_noIS
 
 
@@ -7,4 +9,4 @@ class nnUNetTrainerDROAdaptive_warm50_noIS(nnUNetTrainerDROAdaptive_noIS):
     weights: every structure is learned under uniform sampling before the draws concentrate on
     hard cases (at the benchmark budget ERM learns its last structures late, and DRO from the
     start slows exactly those)."""
-    dro_uniform_until = 0.5
+    dro_settings = replace(nnUNetTrainerDROAdaptive_noIS.dro_settings, uniform_until=0.5)

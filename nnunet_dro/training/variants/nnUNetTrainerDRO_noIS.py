@@ -1,6 +1,9 @@
 """One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+from dataclasses import replace
+
 from nnunet_dro.training.trainer import nnUNetTrainerDRO
 
 
 class nnUNetTrainerDRO_noIS(nnUNetTrainerDRO):
-    dro_importance_sampling = False
+    dro_settings = replace(nnUNetTrainerDRO.dro_settings,
+                           importance=replace(nnUNetTrainerDRO.dro_settings.importance, enabled=False))

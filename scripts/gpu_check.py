@@ -46,7 +46,6 @@ any step failed, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 import itertools
 import json
 import os
@@ -88,6 +87,7 @@ TRAINER_MODULE = '''
 """Short-run subclasses for scripts/gpu_check.py: fewer epochs and iterations, and the default's
 robust phase from the first epoch (a few epochs would not leave its ERM phase); nothing else changed."""
 import os
+from dataclasses import replace
 
 import numpy as np
 import torch

@@ -15,19 +15,22 @@ What the test changes in the page's commands, and nothing else:
    line has run.
 
 It appends ``-device cpu`` to ``nnUNetv2_train``, ``nnUNetv2_predict`` and ``nnunet_dro ensemble``
-(which runs nnUNetv2_predict). The environment holds what the page's "Before you start" section
-sets (nnUNet_raw, nnUNet_preprocessed, nnUNet_results, here in tmp) and CPU-sized nnU-Net
-settings: ``nnUNet_def_n_proc=2``, ``nnUNet_compile=f``, and ``nnUNet_n_proc_DA=0`` from the
-command after ``nnUNetv2_plan_and_preprocess`` on (nnU-Net's planner calls
+(which runs nnUNetv2_predict), and ``-npp 1 -nps 1`` to ``nnunet_dro ensemble``. The environment
+holds what the page's "Before you start" section sets (nnUNet_raw, nnUNet_preprocessed,
+nnUNet_results, here in tmp) and CPU-sized nnU-Net settings: ``nnUNet_def_n_proc=1``,
+``nnUNet_compile=f``, and ``nnUNet_n_proc_DA=0`` from the command after ``nnUNetv2_plan_and_preprocess`` on (nnU-Net's planner calls
 ``torch.set_num_threads(nnUNet_n_proc_DA)``, which fails for 0, so it plans with 1).
 
 Checks: every command exits 0; the cross-validation report read folds 0-4 and all 6 training
 cases, and names the groups the tutorial names (control, other, the gestational-age bins of the
 training cases); the test-set evaluation of both trainers and the export zip exist.
 
-Runtime, 2 CPU cores shared with another job: 11 minutes (9 CPU-minutes), 21 under a heavier load.
-Most of it is nnU-Net's process start-ups: each of the 10 trainings spends ~40 s, mostly starting
-itself and the worker pools of its final validation; planning ~1.5 min, the ensemble ~2 min.
+Runtime: 4.0 min alone on 2 cores (4.8 CPU-minutes), December 4, 2026. Most of it is nnU-Net's
+process start-ups: every nnUNetv2_train imports for ~5 s, and its final validation starts two
+spawned pools (segmentation export, metrics), each worker importing torch and nnU-Net again. With
+``nnUNet_def_n_proc=2`` and the ensemble's default 3 + 3 predict workers it took 7.3 min in the
+suite beside another worker (the validation of one 16^3 case 35 s, the ensemble 87 s). One worker
+per pool is still nnU-Net's real multiprocessing, at half the start-ups.
 """
 from __future__ import annotations
 
@@ -118,6 +121,8 @@ def tutorial_script(blocks: list[str], release: Path, trainer_dir: Path) -> tupl
         command = line.strip()
         if re.match(r"(nnUNetv2_train|nnUNetv2_predict|nnunet_dro ensemble)\s", command):
             line += " -device cpu"
+        if re.match(r"nnunet_dro ensemble\s", command):
+            line += " -npp 1 -nps 1"  # one nnUNetv2_predict worker of each kind: CPU-sized, like -device cpu
         lines.append(line)
         if command.startswith("export nnUNet_extTrainer="):
             lines.append(f'export nnUNet_extTrainer="$nnUNet_extTrainer{os.pathsep}{trainer_dir}"')
@@ -159,7 +164,7 @@ def test_the_feta_tutorial_runs_as_written(tmp_path, monkeypatch):
     nnunet = {name: tmp_path / name for name in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results")}
     env = {key: value for key, value in os.environ.items() if not key.startswith("nnUNet")}
     env.update({name: str(path) for name, path in nnunet.items()})
-    env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}", "nnUNet_def_n_proc": "2",
+    env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}", "nnUNet_def_n_proc": "1",
                 "nnUNet_n_proc_DA": "1", "nnUNet_compile": "f", "OMP_NUM_THREADS": "1",
                 "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
     work = tmp_path / "work"

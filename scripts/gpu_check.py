@@ -172,6 +172,8 @@ class Sizes:
     timing_workers: int = 3    # augmentation workers per trainer that fill the pool of timing batches
     timing_batches: int = 8    # batches per trainer fetched before timing, then stepped on in turn
     workers: int = 4           # nnUNet_n_proc_DA per training
+    processes: int = max(2, min(8, os.cpu_count() or 2))  # nnUNet_def_n_proc (final validation's pools)
+    predict_workers: int = 2   # nnUNetv2_predict -npp and -nps
     trainers: tuple = TRAINERS  # trained through nnUNetv2_train (the others are only timed, in-process)
     validated: tuple = TRAINERS  # run nnU-Net's final validation
     predicted: tuple = ("nnUNetTrainer", RESUMED)  # predict the test cases with nnUNetv2_predict
@@ -179,9 +181,11 @@ class Sizes:
 
 GPU_SIZES = Sizes()
 # on CPU every nnU-Net process costs seconds of imports: train (and predict with) the default DRO
-# trainer and ERM only; nnUNetTrainerDRO and nnUNetTrainerGroupBalanced are still timed in-process
+# trainer and ERM only, with one worker per nnU-Net pool (still spawned, still nnU-Net's own code);
+# nnUNetTrainerDRO and nnUNetTrainerGroupBalanced are still timed in-process
 QUICK_SIZES = Sizes(size=24, n_train=6, n_test=2, epochs=1, iterations=2, val_iterations=1, resume_epochs=3,
-                    timed_iterations=3, warmup_iterations=1, timing_workers=0, timing_batches=2, workers=2, trainers=("nnUNetTrainer", RESUMED),
+                    timed_iterations=3, warmup_iterations=1, timing_workers=0, timing_batches=2, workers=2, processes=1,
+                    predict_workers=1, trainers=("nnUNetTrainer", RESUMED),
                     validated=(RESUMED,), predicted=(RESUMED,))
 
 
@@ -230,7 +234,7 @@ class GPUCheck:
         env.update({
             "nnUNet_raw": str(self.raw), "nnUNet_preprocessed": str(self.pre), "nnUNet_results": str(self.results),
             "nnUNet_extTrainer": os.pathsep.join([TRAINER_DIR, str(self.ext)]),
-            "nnUNet_n_proc_DA": str(self.sizes.workers), "nnUNet_def_n_proc": str(max(2, min(8, os.cpu_count() or 2))),
+            "nnUNet_n_proc_DA": str(self.sizes.workers), "nnUNet_def_n_proc": str(self.sizes.processes),
             SHORT_RUN_ENV: short_run_value(self.sizes.epochs, self.sizes.iterations, self.sizes.val_iterations),
             "PYTHONWARNINGS": "ignore",
             "GPU_CHECK_VALIDATE": ",".join(t + SUFFIX for t in self.sizes.validated),
@@ -488,7 +492,7 @@ class GPUCheck:
         # side by side: each is mostly imports, model loading and writing NIfTI on the host
         side_by_side(*(partial(self.cli, tool("nnUNetv2_predict"), "-i", images, "-o",
                                self.out / "predictions" / trainer, "-d", DATASET_ID, "-c", "3d_fullres", "-f", 0,
-                               "-tr", trainer + SUFFIX, "-device", self.device, "-npp", 2, "-nps", 2,
+                               "-tr", trainer + SUFFIX, "-device", self.device, "-npp", self.sizes.predict_workers, "-nps", self.sizes.predict_workers,
                                log=f"predict_{trainer}")
                        for trainer in self.sizes.predicted))
         for trainer in self.sizes.predicted:
@@ -510,7 +514,7 @@ class GPUCheck:
         self.cli(tool("nnUNetv2_install_pretrained_model_from_zip"), archive, env=env, log="install_from_zip")
         out = self.out / "predictions" / "exported"
         self.cli(tool("nnUNetv2_predict"), "-i", self.raw / DATASET_NAME / "imagesTs", "-o", out, "-d", DATASET_ID,
-                 "-c", "3d_fullres", "-f", 0, "-tr", "nnUNetTrainer", "-device", self.device, "-npp", 2, "-nps", 2,
+                 "-c", "3d_fullres", "-f", 0, "-tr", "nnUNetTrainer", "-device", self.device, "-npp", self.sizes.predict_workers, "-nps", self.sizes.predict_workers,
                  env=env, log="predict_exported")
         self._predicted.wait()  # the DRO model's own prediction (step "predict"), to compare with
         if "predict" in self.failed:

@@ -492,8 +492,8 @@ class GPUCheck:
         # side by side: each is mostly imports, model loading and writing NIfTI on the host
         side_by_side(*(partial(self.cli, tool("nnUNetv2_predict"), "-i", images, "-o",
                                self.out / "predictions" / trainer, "-d", DATASET_ID, "-c", "3d_fullres", "-f", 0,
-                               "-tr", trainer + SUFFIX, "-device", self.device, "-npp", self.sizes.predict_workers, "-nps", self.sizes.predict_workers,
-                               log=f"predict_{trainer}")
+                               "-tr", trainer + SUFFIX, "-device", self.device, "-npp", self.sizes.predict_workers,
+                               "-nps", self.sizes.predict_workers, log=f"predict_{trainer}")
                        for trainer in self.sizes.predicted))
         for trainer in self.sizes.predicted:
             count = len(list((self.out / "predictions" / trainer).glob("*.nii.gz")))
@@ -514,8 +514,8 @@ class GPUCheck:
         self.cli(tool("nnUNetv2_install_pretrained_model_from_zip"), archive, env=env, log="install_from_zip")
         out = self.out / "predictions" / "exported"
         self.cli(tool("nnUNetv2_predict"), "-i", self.raw / DATASET_NAME / "imagesTs", "-o", out, "-d", DATASET_ID,
-                 "-c", "3d_fullres", "-f", 0, "-tr", "nnUNetTrainer", "-device", self.device, "-npp", self.sizes.predict_workers, "-nps", self.sizes.predict_workers,
-                 env=env, log="predict_exported")
+                 "-c", "3d_fullres", "-f", 0, "-tr", "nnUNetTrainer", "-device", self.device,
+                 "-npp", self.sizes.predict_workers, "-nps", self.sizes.predict_workers, env=env, log="predict_exported")
         self._predicted.wait()  # the DRO model's own prediction (step "predict"), to compare with
         if "predict" in self.failed:
             raise StepFailed("nothing to compare with: the step predict failed")

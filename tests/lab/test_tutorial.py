@@ -18,7 +18,8 @@ It appends ``-device cpu`` to ``nnUNetv2_train``, ``nnUNetv2_predict`` and ``nnu
 (which runs nnUNetv2_predict), and ``-npp 1 -nps 1`` to ``nnunet_dro ensemble``. The environment
 holds what the page's "Before you start" section sets (nnUNet_raw, nnUNet_preprocessed,
 nnUNet_results, here in tmp) and CPU-sized nnU-Net settings: ``nnUNet_def_n_proc=1``,
-``nnUNet_compile=f``, and ``nnUNet_n_proc_DA=0`` from the command after ``nnUNetv2_plan_and_preprocess`` on (nnU-Net's planner calls
+``nnUNet_compile=f``, and ``nnUNet_n_proc_DA=0`` from the command after
+``nnUNetv2_plan_and_preprocess`` on (nnU-Net's planner calls
 ``torch.set_num_threads(nnUNet_n_proc_DA)``, which fails for 0, so it plans with 1).
 
 Checks: every command exits 0; the cross-validation report read folds 0-4 and all 6 training

@@ -779,6 +779,7 @@ def test_a_folder_holding_one_cohort_refuses_another(bench, shared_run, capsys):
     assert shared_run.codes == (0, 0, 0), shared_run.outputs
     at = shared_run.common.index("--label-noise")
     clean = shared_run.common[:at] + shared_run.common[at + 2:]
+    assert "--label-noise" not in clean and len(clean) == len(shared_run.common) - 2
     capsys.readouterr()
     assert bench.main([*clean, "--arms", "ERM"]) == 2
     assert "label_noise" in capsys.readouterr().err

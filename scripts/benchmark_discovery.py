@@ -45,15 +45,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+# the installed package (pip install -e .), as every script imports it; no path of its own
+from nnunet_dro.atomic import write_text_atomic
+from nnunet_dro.data.label_noise import KINDS, choose_noisy_cases, corrupt
+from nnunet_dro.data.synthetic_fetal import generate_fetal_cohort
+from nnunet_dro.discovery import clustering, description, features
+from nnunet_dro.evaluation.regions import PRESETS
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from nnunet_dro.atomic import write_text_atomic  # noqa: E402
-from nnunet_dro.data.label_noise import KINDS, choose_noisy_cases, corrupt  # noqa: E402
-from nnunet_dro.data.synthetic_fetal import generate_fetal_cohort  # noqa: E402
-from nnunet_dro.discovery import clustering, description, features  # noqa: E402
-from nnunet_dro.evaluation.regions import PRESETS  # noqa: E402
-
 RECORD = REPO / "data_docs" / "benchmark_record"
 #: (record folder, seeds) of the networks whose larger test sets are recorded (arm ERM)
 NETWORKS = [("robustness177_240", (13, 14, 15, 16)), ("stability64_240", (0, 1, 2, 3)),

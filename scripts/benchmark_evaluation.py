@@ -1,6 +1,7 @@
 """Benchmark: ``nnunet_dro evaluate`` against nnU-Net's ``nnUNetv2_evaluate_folder`` on the same folder.
 
-Writes a seeded synthetic cohort of NIfTI label maps (default 40 cases of 96^3 with 3 labels,
+Writes a seeded synthetic cohort of NIfTI label maps (nested ellipsoids from
+:mod:`nnunet_dro.data.synthetic_shapes`; default 40 cases of 96^3 with 3 labels,
 plus one prediction per case), then runs, in the same session and with the same number of
 processes, both command-line tools end to end (start-up, reading, metrics, writing) and prints
 both wall-clock times, the ratio (ours / nnU-Net; target <= 1.0) and the largest per-case Dice
@@ -32,29 +33,9 @@ import numpy as np
 import pandas as pd
 import SimpleITK as sitk
 
+from nnunet_dro.data.synthetic_shapes import imperfect_prediction, nested_ellipsoids
+
 BIN = Path(sys.executable).parent
-
-
-def ellipsoid_map(rng: np.random.Generator, size: int, labels: int) -> np.ndarray:
-    """Nested, randomly placed ellipsoids (label k inside label k-1), like organ/tumour maps."""
-    grid = np.stack(np.meshgrid(*[np.arange(size)] * 3, indexing="ij"), axis=-1).astype(np.float32)
-    array = np.zeros((size,) * 3, np.uint8)
-    centre = rng.uniform(0.4, 0.6, 3) * size
-    radii = rng.uniform(0.25, 0.35, 3) * size
-    for label in range(1, labels + 1):
-        inside = (((grid - centre) / radii) ** 2).sum(-1) <= 1
-        array[inside] = label
-        centre = centre + rng.normal(0, 0.03 * size, 3)
-        radii = radii * rng.uniform(0.5, 0.7, 3)
-    return array
-
-
-def make_prediction(rng: np.random.Generator, truth: np.ndarray, labels: int) -> np.ndarray:
-    """Shift the truth a little and sprinkle label noise: a plausible imperfect segmentation."""
-    pred = np.roll(truth, tuple(int(v) for v in rng.integers(-2, 3, 3)), axis=(0, 1, 2))
-    noise = rng.random(truth.shape) < 0.01
-    pred[noise] = rng.integers(0, labels + 1, int(noise.sum()), dtype=np.uint8)
-    return pred
 
 
 def write(array: np.ndarray, path: Path, spacing) -> None:
@@ -69,10 +50,10 @@ def make_cohort(root: Path, cases: int, size: int, labels: int, seed: int) -> tu
     ref.mkdir(parents=True)
     pred.mkdir()
     for i in range(cases):
-        truth = ellipsoid_map(rng, size, labels)
+        truth = nested_ellipsoids(rng, size, labels)
         spacing = (0.8, 0.8, 1.5)
         write(truth, ref / f"case_{i:03d}.nii.gz", spacing)
-        write(make_prediction(rng, truth, labels), pred / f"case_{i:03d}.nii.gz", spacing)
+        write(imperfect_prediction(rng, truth, labels), pred / f"case_{i:03d}.nii.gz", spacing)
     (root / "dataset.json").write_text(json.dumps({
         "channel_names": {"0": "MRI"}, "labels": {"background": 0, **{f"label{k}": k for k in range(1, labels + 1)}},
         "numTraining": cases, "file_ending": ".nii.gz"}))

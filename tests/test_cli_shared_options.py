@@ -1,6 +1,7 @@
 """Sub-commands that take the same options get them from one function each
 (``commands/evaluation_options.py``, ``commands/dataset_options.py``): same names, help, defaults,
-types and choices, and ``ensemble`` hands its evaluation options to ``evaluate`` unchanged."""
+types and choices, and ``ensemble`` hands its evaluation options to ``evaluate`` unchanged, as one
+EvaluationOptions."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +9,7 @@ import argparse
 import pytest
 
 from nnunet_dro.cli import build_parser
+from nnunet_dro.evaluation import EvaluationOptions
 
 SHARED = {
     ("evaluate", "ensemble"): ["-ref", "-groups", "--group-by", "--case-column", "--groups-partial", "-regions",
@@ -47,8 +49,8 @@ def test_ensemble_hands_its_evaluation_options_to_evaluate(monkeypatch):
 
     seen = {}
 
-    def fake_run_ensemble(env, dataset_id, images, output, members, *, evaluation, **kwargs):
-        seen.update(evaluation)
+    def fake_run_ensemble(env, dataset_id, images, output, members, *, reference, evaluation, **kwargs):
+        seen.update(reference=reference, evaluation=evaluation)
         return {}, None
 
     monkeypatch.setattr(ensemble, "run_ensemble", fake_run_ensemble)
@@ -58,7 +60,6 @@ def test_ensemble_hands_its_evaluation_options_to_evaluate(monkeypatch):
          "-groups", "g.tsv", "--case-column", "id", "--group-by", "condition", "--percentiles", "10", "5",
          "-regions", "feta", "--metrics", "dice", "hd95", "--empty", "nan", "--strict"])
     assert args.func(args) == 0
-    assert seen == dict(reference="gt", groups="g.tsv", group_by=["condition"], case_column="id", groups_partial=False,
-                        regions="feta",
-                        metrics=["dice", "hd95"], percentiles=[10.0, 5.0], empty="nan", strict=True,
-                        nsd_tolerance=None)
+    assert seen == dict(reference="gt", evaluation=EvaluationOptions(
+        groups="g.tsv", group_by=["condition"], case_column="id", groups_partial=False, regions="feta",
+        metrics=["dice", "hd95"], percentiles=[10.0, 5.0], empty="nan", strict=True, nsd_tolerance=None))

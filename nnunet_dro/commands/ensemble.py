@@ -65,15 +65,13 @@ def run(args: argparse.Namespace) -> int:
 
     members = parse_members(args.trainers)
     combine = parse_combinations(args.combine, members)
-    evaluation = None
-    if args.ref:
-        evaluation = dict(reference=args.ref, **evaluation_options(args))
+    evaluation = evaluation_options(args) if args.ref else None
     folders, result = run_ensemble(
         nnunet_environment(), args.dataset_id, args.images, args.output, members,
         configuration=args.configuration, plans=args.plans, folds=args.folds, combine=combine,
         per_fold=args.per_fold, device=args.device, checkpoint=args.checkpoint, npp=args.npp, nps=args.nps,
-        num_processes=args.num_processes or default_num_processes(), evaluation=evaluation,
-        tta=not args.disable_tta)
+        num_processes=args.num_processes or default_num_processes(), reference=args.ref or None,
+        evaluation=evaluation, tta=not args.disable_tta)
     for name, folder in folders.items():
         print(f"{name}: {folder}")
     if result is not None:

@@ -15,11 +15,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from nnunet_dro.commands.arg_types import non_negative_int, positive_int
 from nnunet_dro.commands.evaluation_options import (add_group_arguments, add_reference_argument, add_scoring_arguments,
                                                     evaluation_options)
 from nnunet_dro.errors import UserError
+
+if TYPE_CHECKING:
+    from nnunet_dro.evaluation.options import EvaluationOptions
 
 
 def register(subparsers) -> None:
@@ -90,6 +94,12 @@ def parse_prediction_runs(values: list[str]) -> dict[str, list[str]]:
             for name, path in parse_predictions(values).items()}
 
 
+def _options(args: argparse.Namespace) -> EvaluationOptions:
+    """Every evaluation option of the command line, as one EvaluationOptions."""
+    return evaluation_options(args, missing=args.missing, num_processes=args.np, n_bootstrap=args.bootstrap,
+                              progress=True, folds=args.folds)
+
+
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.evaluation import api, reports
 
@@ -97,9 +107,7 @@ def run(args: argparse.Namespace) -> int:
     if args.paired_runs or any(len(folders) > 1 for folders in runs.values()):
         return _run_several(args, runs)
 
-    result = api.evaluate(args.ref, parse_predictions(args.pred), args.o, missing=args.missing,
-                          num_processes=args.np, n_bootstrap=args.bootstrap, progress=True, folds=args.folds,
-                          **evaluation_options(args))
+    result = api.evaluate(args.ref, parse_predictions(args.pred), args.o, _options(args))
     print(reports.terminal_table(result))
     print(f"Report written to {os.path.abspath(args.o)}", file=sys.stderr)
     return 0
@@ -109,9 +117,7 @@ def _run_several(args: argparse.Namespace, runs: dict[str, list[str]]) -> int:
     from nnunet_dro.evaluation import multirun, reports
     from nnunet_dro.evaluation.runs import terminal_lines
 
-    result = multirun.evaluate_runs(args.ref, runs, args.o, paired=args.paired_runs, missing=args.missing,
-                                    num_processes=args.np, n_bootstrap=args.bootstrap, progress=True,
-                                    folds=args.folds, **evaluation_options(args))
+    result = multirun.evaluate_runs(args.ref, runs, args.o, _options(args), paired=args.paired_runs)
     metric = result.settings["metrics"][0]
     q = reports.comparison_percentile(result.settings["percentiles"])
     statistics = ["mean"] + ([f"p{q:g}"] if q is not None else [])

@@ -7,23 +7,27 @@ One function per group of options, so both commands spell, explain and default t
   subgroup table);
 - :func:`add_scoring_arguments`: ``-regions``, ``--metrics``, ``--nsd-tolerance``, ``--percentiles``,
   ``--empty``, ``--strict`` / ``--allow-mismatch``;
-- :func:`evaluation_options`: the keyword arguments of :func:`nnunet_dro.evaluation.api.evaluate`
-  that these options give.
+- :func:`evaluation_options`: the :class:`~nnunet_dro.evaluation.options.EvaluationOptions` that
+  these options give, the one object both commands hand to the evaluation.
 
 >>> import argparse
 >>> parser = argparse.ArgumentParser()
 >>> add_reference_argument(parser, required=True); add_group_arguments(parser); add_scoring_arguments(parser)
->>> args = parser.parse_args(["-ref", "labelsTs", "--group-by", "condition", "--percentiles", "10"])
->>> sorted(evaluation_options(args).items())  # doctest: +NORMALIZE_WHITESPACE
-[('case_column', 'case'), ('empty', 'one'), ('group_by', ['condition']), ('groups', None),
- ('groups_partial', False), ('metrics', ['dice']), ('nsd_tolerance', None), ('percentiles', [10.0]),
- ('regions', None), ('strict', True)]
+>>> args = parser.parse_args(["-ref", "labelsTs", "-groups", "g.tsv", "--group-by", "condition",
+...                           "--percentiles", "10"])
+>>> options = evaluation_options(args, missing="worst")
+>>> options.group_by, options.percentiles, options.metrics, options.missing, options.strict
+(('condition',), (10.0,), ('dice',), 'worst', True)
 """
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from nnunet_dro.commands.arg_types import percentile
+
+if TYPE_CHECKING:
+    from nnunet_dro.evaluation.options import EvaluationOptions
 
 Container = argparse._ActionsContainer  # a parser or an argument group
 
@@ -83,10 +87,15 @@ def add_scoring_arguments(parser: Container) -> None:
                                  "dataset.json beside the references")
 
 
-def evaluation_options(args: argparse.Namespace) -> dict:
-    """The keyword arguments of ``evaluate`` that :func:`add_group_arguments` and
-    :func:`add_scoring_arguments` give (not ``-ref``, which is positional there)."""
-    return dict(groups=args.groups, group_by=args.group_by, case_column=args.case_column,
-                groups_partial=args.groups_partial, regions=args.regions,
-                metrics=args.metrics, percentiles=args.percentiles, empty=args.empty,
-                strict=not args.allow_mismatch, nsd_tolerance=args.nsd_tolerance)
+def evaluation_options(args: argparse.Namespace, **command_options) -> EvaluationOptions:
+    """The evaluation options that :func:`add_group_arguments` and :func:`add_scoring_arguments`
+    give (not ``-ref``, which is positional in ``evaluate``), with a command's own
+    (``command_options``: ``missing``, ``num_processes``, ...) in the same object."""
+    # here, not at the top: building the parser must not import the evaluation (numpy, scipy)
+    from nnunet_dro.evaluation.options import EvaluationOptions
+
+    return EvaluationOptions(groups=args.groups, group_by=args.group_by, case_column=args.case_column,
+                             groups_partial=args.groups_partial, regions=args.regions,
+                             metrics=args.metrics, percentiles=args.percentiles, empty=args.empty,
+                             strict=not args.allow_mismatch, nsd_tolerance=args.nsd_tolerance,
+                             **command_options)

@@ -8,14 +8,18 @@ gap between the best and the worst subgroup; paired comparisons between methods.
 Modules: :mod:`~.regions` (presets, parsing), :mod:`~.io` (files, geometry),
 :mod:`~.metrics` (confusion tables, Dice/VS/HD95), :mod:`~.groups` (subgroup table, binning),
 :mod:`~.stats` (statistics, tests), :mod:`~.disparity` (gap between groups), :mod:`~.result` (``EvaluationResult``), :mod:`~.reports`
-(writers), :mod:`~.workers` (process pool), :mod:`~.api` (``evaluate``). Imports go one way:
-``api`` uses ``reports``, both use ``result``.
+(writers), :mod:`~.workers` (process pool), :mod:`~.options` (``EvaluationOptions``, every option of
+``evaluate`` as one object), :mod:`~.api` (``evaluate``). Imports go one way: ``api`` uses ``reports``
+and ``options``, both use ``result``.
 """
-__all__ = ["evaluate", "EvaluationResult"]
+__all__ = ["evaluate", "EvaluationOptions", "EvaluationResult"]
 
 
 def __getattr__(name):
     # Lazy: worker processes import only the metrics module, not pandas and the report writers.
+    if name == "EvaluationOptions":
+        from nnunet_dro.evaluation import options
+        return options.EvaluationOptions
     if name in __all__:
         from nnunet_dro.evaluation import api
         return getattr(api, name)

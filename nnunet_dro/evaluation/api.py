@@ -31,10 +31,10 @@ from nnunet_dro.evaluation.crossval import (CrossValidation, check_cases_in_refe
 from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
 from nnunet_dro.evaluation.disparity import disparity_table
-from nnunet_dro.evaluation.metrics import (EMPTY_POLICIES, MASK_METRICS, METRIC_ALIASES, METRIC_INFO, METRICS,
-                                           TOPOLOGY_METRICS, CaseResult, CaseTask, dice_percent, evaluate_case,
-                                           hd95_empty_value, region_counts, topology_errors,
-                                           volume_similarity_percent)
+from nnunet_dro.evaluation.metrics import (MASK_METRICS, METRIC_INFO, TOPOLOGY_METRICS, CaseResult, CaseTask,
+                                           dice_percent, evaluate_case, hd95_empty_value, region_counts,
+                                           topology_errors, volume_similarity_percent)
+from nnunet_dro.evaluation.options import EvaluationOptions, resolve_options
 from nnunet_dro.evaluation.regions import Region, RegionSpec, default_regions, resolve_regions
 from nnunet_dro.evaluation.result import EvaluationResult
 from nnunet_dro.evaluation.stats import (CVAR_COLUMN, bootstrap_cvar_difference, bootstrap_mean_difference,
@@ -42,7 +42,6 @@ from nnunet_dro.evaluation.stats import (CVAR_COLUMN, bootstrap_cvar_difference,
                                          paired_wilcoxon, percentile_column, summarize, tail_quantile,
                                          wilcoxon_can_reach)
 
-MISSING_POLICIES = ("error", "worst", "skip")
 RESERVED_COLUMNS = ("method", "case", "region", "metric", "value", "note", "empty_policy", "missing_policy",
                     "group_column", "group")
 EMPTY_POLICY_TEXT = {
@@ -112,55 +111,52 @@ class _Inputs:
     nsd_tolerance: float
 
 
-def check_inputs(reference: str, method_names: Sequence[str], output: str | None, *,
-                 groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
-                 groups_partial: bool = False, regions: str | RegionSpec | None = None,
-                 metrics: Sequence[str] = ("dice",), percentiles: Sequence[float] = (25, 10, 5), empty: str = "one",
-                 missing: str = "error", num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True,
-                 nsd_tolerance: float | None = None, echo: Callable[[str], None] | None = None,
-                 select_cases: Callable[[dict[str, str]], dict[str, str]] | None = None) -> _Inputs:
+def check_inputs(reference: str, method_names: Sequence[str], output: str | None,
+                 options: EvaluationOptions | None = None, *,
+                 select_cases: Callable[[dict[str, str]], dict[str, str]] | None = None, **overrides) -> _Inputs:
     """Check everything :func:`evaluate` can check before a prediction exists: the options, the
     report folder (``output``), the reference folder, the regions (a preset against the
     dataset.json beside the reference folder, see :func:`~nnunet_dro.evaluation.regions.resolve_regions`)
     and the group table.
 
-    ``nnunet_dro ensemble`` calls it before predicting, so a typo in ``-ref`` or ``-regions`` is
-    an error in seconds, not after hours of inference. Raises UserError; notes go to ``echo``.
-    ``select_cases`` (cross-validation input) checks and narrows the reference cases before the
-    group table is matched to them.
+    ``options`` (:class:`~nnunet_dro.evaluation.options.EvaluationOptions`, default: its defaults)
+    with the keyword ``overrides`` applied, as for :func:`evaluate`; ``progress`` and ``folds`` are
+    :func:`evaluate`'s own and ignored here. ``nnunet_dro ensemble`` calls it before predicting, so
+    a typo in ``-ref`` or ``-regions`` is an error in seconds, not after hours of inference. Raises
+    UserError; notes go to ``options.echo`` (None: none). ``select_cases`` (cross-validation input)
+    checks and narrows the reference cases before the group table is matched to them.
     """
-    metrics, percentiles = _check_options(method_names, metrics, percentiles, empty, missing, num_processes,
-                                          group_by, groups, n_bootstrap)
-    if nsd_tolerance is not None and (not np.isfinite(nsd_tolerance) or nsd_tolerance < 0):
-        raise UserError(f"--nsd-tolerance {nsd_tolerance:g}: give a distance in mm, 0 or more")
+    options = resolve_options(options, overrides, "check_inputs")
+    _check_method_names(method_names)
+    echo, groups, group_by = options.echo, options.groups, options.group_by
     if output is not None:
         reports.check_report_folder(output)
-    spec = resolve_regions(regions, reference, strict, echo)
+    spec = resolve_regions(options.regions, reference, options.strict, echo)
     ref_files = list_segmentations(reference, "reference folder", spec.file_ending)
     if select_cases is not None:
         ref_files = select_cases(ref_files)
     assignment = None
     if groups:
-        assignment = assign_groups(groups, case_column, list(group_by) if group_by else None, sorted(ref_files),
-                                   partial=groups_partial)
+        assignment = assign_groups(groups, options.case_column, list(group_by) if group_by else None,
+                                   sorted(ref_files), partial=options.groups_partial)
         clash = [c for c in assignment.column_names if c in RESERVED_COLUMNS]
         if clash:
             raise UserError(f"group table {groups}: column name {clash[0]!r} is reserved for the report, rename it")
         if echo is not None:
             _warn_group_report(assignment, groups, echo)
-    return _Inputs(metrics, percentiles, spec, ref_files, assignment,
+    num_processes, nsd_tolerance = options.num_processes, options.nsd_tolerance
+    return _Inputs(list(options.metrics), list(options.percentiles), spec, ref_files, assignment,
                    default_num_processes() if num_processes is None else num_processes,
                    default_nsd_tolerance(spec) if nsd_tolerance is None else float(nsd_tolerance))
 
 
-def evaluate(reference: str | None, predictions: Mapping[str, str], output: str | None, *,
-             groups: str | None = None, group_by: Sequence[str] | None = None, case_column: str = "case",
-             groups_partial: bool = False, regions: str | RegionSpec | None = None, metrics: Sequence[str] = ("dice",),
-             percentiles: Sequence[float] = (25, 10, 5), empty: str = "one", missing: str = "error",
-             num_processes: int | None = None, n_bootstrap: int = 0, strict: bool = True, progress: bool = True,
-             folds: Sequence[int] | None = None, nsd_tolerance: float | None = None,
-             echo: Callable[[str], None] | None = None) -> EvaluationResult:
+def evaluate(reference: str | None, predictions: Mapping[str, str], output: str | None,
+             options: EvaluationOptions | None = None, **overrides) -> EvaluationResult:
     """Evaluate prediction folders (or nnU-Net summary.json files) against a reference folder.
+
+    ``options`` is an :class:`~nnunet_dro.evaluation.options.EvaluationOptions` (default: its
+    defaults); keyword arguments named like its fields override it (``evaluate(ref, preds, out,
+    metrics=["dice", "hd95"])``), any other keyword is a TypeError.
 
     ``predictions`` maps method names to folders (or summary.json files, Dice/VS only), in the
     order methods are compared (the first is the reference method of ``comparison.csv``).
@@ -181,14 +177,15 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
     :mod:`nnunet_dro.evaluation.crossval`. ``reference=None`` is allowed then: the dataset's
     ``labelsTr`` under ``$nnUNet_raw``.
     """
-    warn = echo or (lambda text: print(text, file=sys.stderr))
+    options = resolve_options(options, overrides, "evaluate")
+    empty, missing, groups, n_bootstrap = options.empty, options.missing, options.groups, options.n_bootstrap
+    strict, progress, case_column, group_by = options.strict, options.progress, options.case_column, options.group_by
+    warn = options.echo or (lambda text: print(text, file=sys.stderr))
     if output is not None:
         reports.check_report_folder(output)
-    reference, cross_validations, select_cases = _cross_validation_inputs(reference, predictions, folds)
-    inputs = check_inputs(reference, list(predictions), output, groups=groups, group_by=group_by,
-                          case_column=case_column, groups_partial=groups_partial, regions=regions, metrics=metrics, percentiles=percentiles,
-                          empty=empty, missing=missing, num_processes=num_processes, n_bootstrap=n_bootstrap,
-                          strict=strict, nsd_tolerance=nsd_tolerance, echo=warn, select_cases=select_cases)
+    reference, cross_validations, select_cases = _cross_validation_inputs(reference, predictions, options.folds)
+    inputs = check_inputs(reference, list(predictions), output, options.with_overrides(echo=warn),
+                          select_cases=select_cases)
     metrics, percentiles, spec = inputs.metrics, inputs.percentiles, inputs.spec
     ref_files, assignment, num_processes = inputs.ref_files, inputs.assignment, inputs.num_processes
     cases = sorted(ref_files)
@@ -262,35 +259,12 @@ def _cross_validation_inputs(reference: str | None, predictions: Mapping[str, st
     return reference, cross_validations, select_cases
 
 
-def _check_options(predictions, metrics, percentiles, empty, missing, num_processes, group_by, groups,
-                   n_bootstrap=0):
-    if not predictions:
+def _check_method_names(method_names: Sequence[str]) -> None:
+    if not method_names:
         raise UserError("give at least one prediction (-pred NAME=DIR)")
-    for name in predictions:
+    for name in method_names:
         if not name or not name.strip():
             raise UserError("empty method name in -pred (use NAME=DIR)")
-    expanded = [name for m in metrics for name in METRIC_ALIASES.get(m.lower(), (m.lower(),))]
-    metrics = list(dict.fromkeys(expanded))
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown or not metrics:
-        raise UserError(f"unknown metric {unknown[0] if unknown else ''!r} (choose from "
-                        f"{', '.join(METRICS + tuple(METRIC_ALIASES))})")
-    percentiles = [float(q) for q in percentiles]
-    for q in percentiles:
-        if not np.isfinite(q) or not 0 <= q <= 100:
-            raise UserError(f"--percentiles: {q:g} is not between 0 and 100")
-    percentiles = list(dict.fromkeys(percentiles))
-    if empty not in EMPTY_POLICIES:
-        raise UserError(f"--empty {empty!r}: choose one of {', '.join(EMPTY_POLICIES)}")
-    if missing not in MISSING_POLICIES:
-        raise UserError(f"--missing {missing!r}: choose one of {', '.join(MISSING_POLICIES)}")
-    if num_processes is not None and num_processes < 1:
-        raise UserError(f"-np {num_processes}: need at least 1 process")
-    if n_bootstrap < 0:
-        raise UserError(f"--bootstrap {n_bootstrap}: must be 0 (off) or a positive number of resamples")
-    if group_by and not groups:
-        raise UserError("--group-by needs a group table (-groups TABLE.csv|.tsv)")
-    return metrics, percentiles
 
 
 def _load_method(name: str, path: str, metrics: Sequence[str], file_ending: str | None) -> _Method:

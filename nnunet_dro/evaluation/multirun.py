@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import api, reports
+from nnunet_dro.evaluation.options import EvaluationOptions, resolve_options
 from nnunet_dro.evaluation.result import EvaluationResult
 from nnunet_dro.evaluation.runs import RUN_SEPARATOR, RunsReport, explanation, run_label, runs_table
 
@@ -57,14 +58,16 @@ def check_runs(predictions: Mapping[str, Sequence[str]], paired: bool) -> None:
                             "(-pred NAME=RUN1,RUN2,...), one per seed")
 
 
-def evaluate_runs(reference: str | None, predictions: Mapping[str, Sequence[str]], output: str | None, *,
-                  paired: bool = False, n_bootstrap: int = 0, **options) -> EvaluationResult:
+def evaluate_runs(reference: str | None, predictions: Mapping[str, Sequence[str]], output: str | None,
+                  options: EvaluationOptions | None = None, *, paired: bool = False, **overrides) -> EvaluationResult:
     """Evaluate ``predictions`` (method -> its run folders) against ``reference``.
 
     ``paired``: the k-th run of every method shares seed k (data split, initial weights).
-    ``n_bootstrap``: resamples of the intervals over runs and over test cases (0: 2000).
-    The other keyword arguments are those of :func:`nnunet_dro.evaluation.api.evaluate`.
+    ``options`` and the keyword ``overrides`` are those of :func:`nnunet_dro.evaluation.api.evaluate`,
+    except ``n_bootstrap``: here the resamples of the intervals over runs and over test cases
+    (0: 2000); the single runs are evaluated without bootstrap.
     """
+    options = resolve_options(options, overrides, "evaluate_runs")
     predictions = {name: [str(f) for f in folders] for name, folders in predictions.items()}
     check_runs(predictions, paired)
     if output is not None:
@@ -72,14 +75,14 @@ def evaluate_runs(reference: str | None, predictions: Mapping[str, Sequence[str]
     labels = {name: [run_label(name, k) for k in range(1, len(folders) + 1)] for name, folders in predictions.items()}
     flat = {label: folder for name, folders in predictions.items() for label, folder in zip(labels[name], folders)}
     try:
-        result = api.evaluate(reference, flat, None, n_bootstrap=0, **options)
+        result = api.evaluate(reference, flat, None, options.with_overrides(n_bootstrap=0))
     except UserError as error:  # name the folder of each run the message speaks of
         named = [f"{label} = {folder}" for label, folder in flat.items()
                  if re.search(rf"(?<![\w#]){re.escape(label)}(?![\w#])", str(error))]
         if not named:
             raise
         raise UserError(f"{error} ({'; '.join(named)})") from None
-    resamples = n_bootstrap or DEFAULT_RUN_RESAMPLES
+    resamples = options.n_bootstrap or DEFAULT_RUN_RESAMPLES
     settings = result.settings
     table = runs_table(result.per_case, labels, paired=paired, regions=[r.name for r in result.regions],
                        metrics=settings["metrics"], percentiles=settings["percentiles"],

@@ -24,11 +24,14 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from nnunet_dro.atomic import check_output_folder
 from nnunet_dro.errors import UserError
 from nnunet_dro.workflows.nnunet_commands import run_nnunet
+
+if TYPE_CHECKING:
+    from nnunet_dro.evaluation.options import EvaluationOptions
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -141,11 +144,13 @@ def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: s
                  plans: str = "nnUNetPlans", folds: Sequence[str] = ("0", "1", "2", "3", "4"),
                  combine: Sequence[Sequence[str]] = (), per_fold: bool = False, device: str = "cuda",
                  checkpoint: str = "checkpoint_final.pth", npp: int = 3, nps: int = 3,
-                 num_processes: int = 2, evaluation: Mapping | None = None, tta: bool = True,
+                 num_processes: int = 2, reference: str | None = None,
+                 evaluation: EvaluationOptions | None = None, tta: bool = True,
                  echo: Callable[[str], None] | None = print):
     """Predict every member (fold ensemble, optionally single folds), build the requested
-    cross-trainer ensembles and, if ``evaluation`` holds keyword arguments for
-    :func:`nnunet_dro.evaluation.api.evaluate` (at least ``reference``), evaluate them all.
+    cross-trainer ensembles and, given a ``reference`` folder, evaluate them all against it with
+    :func:`nnunet_dro.evaluation.api.evaluate` and the options ``evaluation`` (None: the defaults;
+    its ``num_processes`` is replaced by ``num_processes``).
 
     Returns ``(folders, result)``: method name -> prediction folder, and the evaluation result
     (or None).
@@ -154,7 +159,7 @@ def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: s
     names = method_names(members, folds, combine, per_fold)
     check_ensemble_inputs(env, dataset_id, images, output, members, configuration=configuration,
                                    plans=plans, folds=folds, checkpoint=checkpoint, names=names,
-                                   num_processes=num_processes, evaluation=evaluation)
+                                   num_processes=num_processes, reference=reference, evaluation=evaluation)
     predictions = output / "predictions"
     created = [p for p in (output, predictions) if not p.exists()]
     predictions.mkdir(parents=True, exist_ok=True)
@@ -170,14 +175,12 @@ def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: s
         raise
     say = echo or (lambda _: None)
     result = None
-    if evaluation:
+    if reference is not None:
         from nnunet_dro.evaluation.api import evaluate
 
         say("[ensemble] evaluating " + ", ".join(folders))
-        kwargs = dict(evaluation)
-        reference = kwargs.pop("reference")
         result = evaluate(reference, {name: str(folder) for name, folder in folders.items()},
-                          str(output / "evaluation"), num_processes=num_processes, **kwargs)
+                          str(output / "evaluation"), evaluation, num_processes=num_processes)
     return folders, result
 
 
@@ -196,13 +199,14 @@ _IMAGE_FILE = re.compile(r"_\d{4}\.[A-Za-z.]+$")
 def check_ensemble_inputs(env: Mapping[str, str], dataset_id: int, images: str, output: Path,
                           members: Sequence[Member], *, configuration: str, plans: str, folds: Sequence[str],
                           checkpoint: str, names: Sequence[str], num_processes: int,
-                          evaluation: Mapping | None) -> dict[str, Path]:
+                          reference: str | None = None,
+                          evaluation: EvaluationOptions | None = None) -> dict[str, Path]:
     """Everything ``run_ensemble`` can check before the first prediction; creates nothing.
 
     The image folder, the output folder (``-o``: not a file, not below one, writable; its
     ``predictions`` a folder; its ``evaluation`` report folder usable), every trained model and
-    fold checkpoint, and the evaluation options (``-ref``, ``-regions``, ``-groups`` ...) as
-    ``nnunet_dro evaluate`` checks them. Returns each member's model folder.
+    fold checkpoint, and, given a ``reference``, the evaluation (``-ref``, ``-regions``, ``-groups`` ...)
+    as ``nnunet_dro evaluate`` checks it. Returns each member's model folder.
     """
     if not Path(images).is_dir():
         raise UserError(f"input image folder {images} does not exist")
@@ -217,12 +221,10 @@ def check_ensemble_inputs(env: Mapping[str, str], dataset_id: int, images: str, 
         models[member.name] = trained_model_folder(env["nnUNet_results"], dataset_id, member.trainer, plans,
                                                    configuration)
         check_folds(models[member.name], folds, checkpoint)
-    if evaluation:
+    if reference is not None:
         from nnunet_dro.evaluation.api import check_inputs
 
-        options = {k: v for k, v in evaluation.items() if k != "reference"}
-        check_inputs(evaluation["reference"], names, str(output / "evaluation"), num_processes=num_processes,
-                     **options)
+        check_inputs(reference, names, str(output / "evaluation"), evaluation, num_processes=num_processes)
     return models
 
 

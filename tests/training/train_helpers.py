@@ -12,6 +12,8 @@ import nibabel as nib
 import numpy as np
 from nnunetv2.dataset_conversion.generate_dataset_json import generate_dataset_json
 
+from nnunet_dro.data.synthetic_shapes import noisy_sphere
+
 BIN = Path(sys.executable).parent
 NUM_CASES = 6
 SHAPE = (24, 24, 24)
@@ -117,15 +119,9 @@ def run_cli(args, env, timeout=600):
 
 
 def _write_case(path_img: Path, path_seg: Path | None, rng: np.random.Generator, regions: bool) -> None:
-    """A noisy sphere (label 1) with, for the region dataset, an inner core (label 2)."""
-    grid = np.stack(np.meshgrid(*[np.arange(s) for s in SHAPE], indexing="ij"), -1).astype(np.float32)
-    centre = rng.uniform(9, 15, 3)
-    radius = rng.uniform(4, 7)
-    dist = np.linalg.norm(grid - centre, axis=-1)
-    seg = (dist < radius).astype(np.uint8)
-    if regions:
-        seg[dist < radius / 2] = 2
-    image = 100.0 * (seg > 0) + 50.0 * (seg == 2) + rng.normal(0, 20, SHAPE)
+    """A noisy sphere (label 1) with, for the region dataset, an inner core (label 2): the package's
+    generator, so tests and benchmarks train on the same shapes."""
+    image, seg = noisy_sphere(rng, SHAPE, core=regions)
     affine = np.diag([1.0, 1.0, 1.0, 1.0])
     nib.save(nib.Nifti1Image(image.astype(np.float32), affine), str(path_img))
     if path_seg is not None:

@@ -28,6 +28,9 @@ setup(
         "matplotlib",
         "scikit-learn",
     ],
-    extras_require={"test": ["pytest", "pytest-timeout", "pytest-xdist", "hypothesis"]},
+    # pytest < 9.2: on 9.2 pytest-xdist 3.8's --dist loadgroup no longer groups (pytest-xdist issue
+    # 1386): each file's tests are spread over the workers and a module-scoped fixture is built
+    # once per worker (the shared benchmark run twice), and the /dev/shm files run side by side
+    extras_require={"test": ["pytest>=8,<9.2", "pytest-timeout", "pytest-xdist", "hypothesis"]},
     entry_points={"console_scripts": ["nnunet_dro = nnunet_dro.cli:main"]},
 )

@@ -37,6 +37,8 @@ RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
 OUTPUT = RECORD / "evidence_intervals.csv"
 
 #: (group, region, statistic): the minorities' worst tenth and the majority's means
+#: the majority's statistics: a candidate keeps the majority when each stays within a bound
+CONTROLS = ("control white_matter mean", "control intra_axial_csf mean", "control cerebellum mean")
 STATISTICS = (
     ("spina_bifida", "cerebellum", "p10"),
     ("other", "intra_axial_csf", "p10"),
@@ -71,7 +73,13 @@ RECORDS = {
     "stability40_240": "40 cases, 240 epochs",
     "stability64": "64 cases, 120 epochs",
     "stability64_240": "64 cases, 240 epochs",
+    "decision40_24": "40 cases of 24^3, 120 epochs (the decision regime)",
 }
+#: the records whose alternatives are also read against the default, like for like
+AGAINST_DEFAULT = ("alternatives177_240", "decision40_24")
+#: the decision regime (journal, December 5, 2026: written before its runs): the record, the
+#: statistic a candidate must lift, the seeds it needs, and how far each control mean may move
+DECISION = {"record": "decision40_24", "statistic": "other intra_axial_csf p10", "seeds": 8, "controls": 1.0}
 
 
 def statistic(values: np.ndarray, name: str) -> float:
@@ -151,8 +159,42 @@ def evidence_table() -> pd.DataFrame:
         per_case = pd.read_csv(RECORD / record / "per_case_large_test.csv")
         runs = per_run_statistics(per_case)
         rows.extend(gains_over_seeds(runs, record))
-        if record == "alternatives177_240":  # the alternatives against the default, like for like
+        if record in AGAINST_DEFAULT:  # the alternatives against the default, like for like
             rows.extend(gains_over_seeds(runs, record, baseline="DROAdaptive"))
+    return pd.DataFrame(rows)
+
+
+def decision(table: pd.DataFrame, rule: dict = DECISION) -> pd.DataFrame:
+    """The decision rule, per candidate: its gain over ERM on ``rule["statistic"]`` has a 95 %
+    interval over at least ``rule["seeds"]`` seeds above 0 and above every other candidate's point
+    estimate, and each control region's mean gain has its interval inside +-``rule["controls"]``.
+    A candidate that meets all of it may become the default; the table says which part fails.
+
+    >>> rows = []
+    >>> for m, (mean, low, high) in {"A": (8, 3, 13), "B": (2, -1, 5)}.items():
+    ...     rows.append(dict(record="r", method=m, comparison="minus ERM", statistic="s", seeds=8,
+    ...                      mean=mean, ci_seeds_low=low, ci_seeds_high=high))
+    ...     rows += [dict(record="r", method=m, comparison="minus ERM", statistic=c, seeds=8,
+    ...                   mean=0.1, ci_seeds_low=-0.5, ci_seeds_high=0.6) for c in CONTROLS]
+    >>> decision(pd.DataFrame(rows), {"record": "r", "statistic": "s", "seeds": 8, "controls": 1.0})[
+    ...     ["method", "meets_rule"]].values.tolist()
+    [['A', True], ['B', False]]
+    """
+    part = table[(table["record"] == rule["record"]) & (table["comparison"] == "minus ERM")]
+    gain = part[part["statistic"] == rule["statistic"]].set_index("method")
+    rows = []
+    for method, r in gain.iterrows():
+        others = gain.drop(index=method)["mean"]
+        controls = part[(part["method"] == method) & part["statistic"].isin(CONTROLS)]
+        checks = {"enough_seeds": int(r["seeds"]) >= rule["seeds"],
+                  "above_0": bool(r["ci_seeds_low"] > 0),
+                  "above_every_alternative": bool(len(others) == 0 or r["ci_seeds_low"] > others.max()),
+                  "controls_within": bool(len(controls) == len(CONTROLS)
+                                          and (controls["ci_seeds_low"] >= -rule["controls"]).all()
+                                          and (controls["ci_seeds_high"] <= rule["controls"]).all())}
+        rows.append({"method": method, "seeds": int(r["seeds"]), "gain": r["mean"],
+                     "ci_seeds_low": r["ci_seeds_low"], "ci_seeds_high": r["ci_seeds_high"], **checks,
+                     "meets_rule": all(checks.values())})
     return pd.DataFrame(rows)
 
 
@@ -192,9 +234,13 @@ def markdown_table(table: pd.DataFrame, record: str, comparison: str = "ERM",
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare with the stored table, write nothing")
+    parser.add_argument("--decision", action="store_true", help="print the decision regime's rule, per candidate")
     parser.add_argument("--markdown", metavar="RECORD[:BASELINE[:METHOD,...]]", help="print one record's docs table")
     args = parser.parse_args(argv)
     table = evidence_table()
+    if args.decision:
+        print(decision(table).to_string(index=False))
+        return 0
     if args.markdown:
         record, baseline, methods = (args.markdown.split(":") + ["", ""])[:3]
         print("\n".join(markdown_table(table, record, baseline or "ERM",

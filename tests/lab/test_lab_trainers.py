@@ -60,3 +60,32 @@ def test_a_repeat_is_a_results_folder_not_a_class():
 @pytest.mark.parametrize("arm", sorted(LEGACY_ARMS))
 def test_the_records_arm_names_stay_arms(arm):
     assert ARM_TRAINERS[arm] in budget.BUDGET_TRAINERS
+
+
+def test_the_budget_draws_progress_png_every_tenth_epoch_and_the_last():
+    """nnU-Net's on_epoch_end draws progress.png; the budget lets it through on epochs 10, 20, ...
+    and the last only, and leaves the logger's own method in place after each epoch."""
+
+    class Logger:
+        def __init__(self):
+            self.drawn = []
+            self.epoch = None
+
+        def plot_progress_png(self, output_folder):
+            self.drawn.append(self.epoch)
+
+    class Base:  # the part of nnUNetTrainer.on_epoch_end that matters here
+        def on_epoch_end(self):
+            self.logger.epoch = self.current_epoch
+            self.logger.plot_progress_png("folder")
+            self.current_epoch += 1
+
+    class Twin(budget.CPUBudget, Base):
+        def __init__(self):  # no nnU-Net set-up: only the epoch end is exercised
+            self.logger, self.current_epoch, self.num_epochs, self.local_rank = Logger(), 0, 25, 1
+
+    twin = Twin()
+    for _ in range(25):
+        twin.on_epoch_end()
+    assert twin.logger.drawn == [9, 19, 24]
+    assert "plot_progress_png" not in vars(twin.logger)

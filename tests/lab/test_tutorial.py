@@ -50,8 +50,7 @@ import pytest
 from nnunet_dro.evaluation.groups import parse_group_by
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "data"))
-import test_data_feta  # noqa: E402  (the converter tests' fake FeTA release)
+import test_data_feta  # noqa: E402  (the converter tests' fake FeTA release: tests/data, pyproject's pythonpath)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 

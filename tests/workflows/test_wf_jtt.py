@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "evaluation"))
 from eval_testdata import write_label_map  # noqa: E402
 from test_eval_crossval import CASES, TRAINER, _truth, make_world  # noqa: E402
 

@@ -1,0 +1,70 @@
+"""The decision regime: every arm on many paired seeds, two trainings side by side (one core each).
+
+A thin entry point: the scheduler and the regime's settings are :mod:`nnunet_dro.lab.regime`; the
+regime, its calibration and the decision rule are in the lab journal, written before the runs.
+
+    python scripts/decision_regime.py --seeds 30-37                     # every arm, seeds 30..37
+    python scripts/decision_regime.py --seeds 30-33 --stop-after 150    # start no run after 150 min
+    python scripts/decision_regime.py --seeds 30-37 --report-only       # tables from the record
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nnunet_dro.lab.regime import ARMS, BASELINE, LATER_ARMS, Scheduler, job_list, finished, pinned_runner, report_command
+
+RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record" / "decision40_24"
+
+
+def seeds_from(text: str) -> list[int]:
+    """``30-37`` or ``30,31,35``."""
+    if "-" in text:
+        low, high = map(int, text.split("-"))
+        return list(range(low, high + 1))
+    return [int(s) for s in text.split(",") if s.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", required=True, help="30-37 or 30,31,35")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"Default: {','.join(ARMS)}")
+    parser.add_argument("--later-arms", default=",".join(LATER_ARMS),
+                        help=f"arms queued after every seed's --arms. Default: {','.join(LATER_ARMS)}")
+    parser.add_argument("-o", dest="output", default="results/decision40_24", help="working folder")
+    parser.add_argument("--record", default=str(RECORD), help=f"Default: {RECORD}")
+    parser.add_argument("--cores", type=int, default=2, help="trainings side by side, one core each. Default: 2")
+    parser.add_argument("--stop-after", type=float, default=None, metavar="MIN",
+                        help="start no run after MIN minutes (a batch ends inside its session)")
+    parser.add_argument("--report-only", action="store_true", help="re-make the record's tables, train nothing")
+    args = parser.parse_args(argv)
+    seeds, arms = seeds_from(args.seeds), [a for a in args.arms.split(",") if a]
+    later = [a for a in args.later_arms.split(",") if a]
+    if BASELINE not in arms:
+        parser.error(f"--arms {args.arms}: the regime pairs every arm with {BASELINE}")
+    record = Path(args.record).resolve()
+    if not args.report_only:
+        output = Path(args.output).resolve()
+        jobs = job_list(seeds, arms, later)
+        deadline = time.monotonic() + 60 * args.stop_after if args.stop_after else float("inf")
+        scheduler = Scheduler(jobs, lambda job: finished(output, job), pinned_runner(output, record),
+                              cores=args.cores, deadline=deadline)
+        scheduler.run()
+        for label, jobs_ in (("failed", scheduler.failed), ("not started", scheduler.skipped)):
+            if jobs_:
+                print(f"{label}: " + ", ".join(f"seed {j.seed} {j.arm}" for j in jobs_))
+        if scheduler.failed:
+            return 1
+    done = sorted({int(p.name.split("_")[1]) for p in (record / "runs").glob("seed_*")
+                   if int(p.name.split("_")[1]) in seeds}) if (record / "runs").is_dir() else []
+    if not done:
+        print(f"no recorded seed of {seeds} in {record}")
+        return 1
+    return subprocess.run(report_command(done, arms + [a for a in later if a not in arms], record)).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

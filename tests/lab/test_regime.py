@@ -1,0 +1,101 @@
+"""The decision regime's scheduler (nnunet_dro.lab.regime): a seed's arms wait for its ERM run, no
+run starts after the deadline, a failed ERM run leaves its seed's arms unstarted, and the command
+lines pair every arm with ERM under the regime's settings. The benchmark runs it schedules are
+tested end to end in test_wf_benchmark_robustness.py."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from nnunet_dro.lab.regime import REGIME, Job, Scheduler, benchmark_command, report_command
+
+
+class Recorder:
+    """A ``run_job`` that marks its job done after a short sleep, recording the order of starts."""
+
+    def __init__(self, fail: set[Job] = frozenset()):
+        self.done: set[Job] = set()
+        self.started: list[tuple[Job, int]] = []
+        self.fail = fail
+        self.lock = threading.Lock()
+
+    def __call__(self, job: Job, core: int) -> int:
+        with self.lock:
+            self.started.append((job, core))
+        time.sleep(0.02)
+        if job in self.fail:
+            return 1
+        with self.lock:
+            self.done.add(job)
+        return 0
+
+
+def jobs(seeds, arms=("ERM", "DROAdaptive", "JTT")):
+    return [Job(s, a) for s in seeds for a in arms]
+
+
+def test_every_arm_starts_after_its_seeds_erm_finished():
+    recorder = Recorder()
+    finish_times = {}
+
+    def done(job):
+        return job in recorder.done
+
+    def run_job(job, core):
+        code = recorder(job, core)
+        finish_times[job] = time.monotonic()
+        return code
+
+    starts = {}
+
+    def timed(job, core):
+        starts[job] = time.monotonic()
+        return run_job(job, core)
+
+    scheduler = Scheduler(jobs([1, 2, 3]), done, timed, cores=2, poll=0.005)
+    scheduler.run()
+    assert not scheduler.failed and not scheduler.skipped
+    assert recorder.done == set(jobs([1, 2, 3]))
+    for job, start in starts.items():
+        if job.arm != "ERM":
+            assert start >= finish_times[Job(job.seed, "ERM")]
+    assert {core for _, core in recorder.started} == {0, 1}
+
+
+def test_finished_jobs_are_not_run_again():
+    recorder = Recorder()
+    recorder.done.update(jobs([1]))
+    scheduler = Scheduler(jobs([1, 2]), lambda j: j in recorder.done, recorder, cores=2, poll=0.005)
+    scheduler.run()
+    assert {job.seed for job, _ in recorder.started} == {2}
+
+
+def test_a_failed_erm_run_skips_its_seed_and_the_others_go_on():
+    recorder = Recorder(fail={Job(1, "ERM")})
+    scheduler = Scheduler(jobs([1, 2]), lambda j: j in recorder.done, recorder, cores=2, poll=0.005)
+    scheduler.run()
+    assert scheduler.failed == [Job(1, "ERM")]
+    assert set(scheduler.skipped) == {Job(1, "DROAdaptive"), Job(1, "JTT")}
+    assert set(jobs([2])) <= recorder.done
+
+
+def test_no_job_starts_after_the_deadline():
+    recorder = Recorder()
+    scheduler = Scheduler(jobs([1, 2]), lambda j: j in recorder.done, recorder, cores=2,
+                          deadline=time.monotonic() - 1, poll=0.005)
+    scheduler.run()
+    assert recorder.started == [] and set(scheduler.skipped) == set(jobs([1, 2]))
+
+
+def test_commands_pair_each_arm_with_erm_under_the_regime(tmp_path: Path):
+    command = benchmark_command(Job(30, "JTT"), tmp_path / "out", tmp_path / "rec", python="py")
+    assert command[:2] == ["py", command[1]] and command[1].endswith("benchmark_robustness.py")
+    assert command[command.index("--arms") + 1] == "ERM,JTT"
+    assert command[command.index("--seeds") + 1] == "30,"
+    assert command[command.index("--export-record") + 1] == str(tmp_path / "rec")
+    for flag, value in REGIME.items():
+        assert command[command.index(flag) + 1] == str(value)
+    assert benchmark_command(Job(30, "ERM"), tmp_path, None)[4:6] == ["--arms", "ERM"]
+    report = report_command([30, 31], ["ERM", "JTT"], tmp_path, python="py")
+    assert "--report-only" in report and report[report.index("--seeds") + 1] == "30,31,"

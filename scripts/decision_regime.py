@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nnunet_dro.lab.regime import ARMS, BASELINE, LATER_ARMS, Scheduler, job_list, finished, pinned_runner, report_command
 
-RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record" / "decision40_24"
+RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record" / "decision40_24_200"
 
 
 def seeds_from(text: str) -> list[int]:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ARMS), help=f"Default: {','.join(ARMS)}")
     parser.add_argument("--later-arms", default=",".join(LATER_ARMS),
                         help=f"arms queued after every seed's --arms. Default: {','.join(LATER_ARMS)}")
-    parser.add_argument("-o", dest="output", default="results/decision40_24", help="working folder")
+    parser.add_argument("-o", dest="output", default="results/decision40_24_200", help="working folder")
     parser.add_argument("--record", default=str(RECORD), help=f"Default: {RECORD}")
     parser.add_argument("--cores", type=int, default=2, help="trainings side by side, one core each. Default: 2")
     parser.add_argument("--stop-after", type=float, default=None, metavar="MIN",

@@ -64,6 +64,9 @@ LABELS = {
     "JTT": "Just Train Twice (`nnunet_dro jtt`)",
     "GroupBalanced": "balanced sampling (knows the groups)",
     "Adaptive_f25_noIS_cap5": "f = 0.25 with the cap",
+    "DROAdaptive_f25_ermPhase": "candidate `nnUNetTrainerDROAdaptive_f25_ermPhase`",
+    "DROLS": "GI-LS `nnUNetTrainerDROLS`",
+    "DROLS_DRO": "GI-LS with the default's sampling `nnUNetTrainerDROLS_DRO`",
 }
 #: the records the docs quote, with the cohort each was run on
 RECORDS = {

@@ -161,6 +161,9 @@ def test_readme_claims_hold_by_their_rules(stored):
     assert "cannot be told apart from the default" in readme
     assert not_shown(row(stored, alt, "DiceTopK10", "other intra_axial_csf p10", baseline="DROAdaptive"))
     assert "nothing is shown on the 40- and 64-case cohorts" in readme
+    assert "has 2 seeds so far and decides nothing yet" in readme
+    verdict = SCRIPT.decision(stored)
+    assert set(verdict["seeds"]) == {2} and not verdict["meets_rule"].any()
     for record in ("stability40_240", "stability64", "stability64_240"):
         for statistic in ("spina_bifida cerebellum p10", "other intra_axial_csf p10"):
             assert not lifts(row(stored, record, "DROAdaptive", statistic)), (record, statistic)
@@ -180,6 +183,10 @@ def test_evidence_claims_hold_by_their_rules(stored):
     for method in ("DiceTopK10", "Oversample033"):
         for statistic in ("spina_bifida cerebellum p10", "other intra_axial_csf p10"):
             assert not_shown(row(stored, alt, method, statistic, baseline="DROAdaptive")), (method, statistic)
+    assert "Nothing is decided at two seeds**: every interval holds 0 and no arm meets the rule" in page
+    decision = stored[(stored.record == "decision40_24_200") & (stored.comparison == "minus ERM")]
+    assert set(decision["seeds"]) == {2} and all(not_shown(r) for _, r in decision.iterrows())
+    assert not SCRIPT.decision(stored)["meets_rule"].any()
     assert "With dirty labels nothing is shown" in page
     noise = stored[(stored.record == "noise177_240") & stored.statistic.str.endswith("p10")]
     assert not any(lifts(r) for _, r in noise.iterrows())

@@ -56,13 +56,20 @@ def job_list(seeds: Sequence[int], arms: Sequence[str], later_arms: Sequence[str
     return [Job(s, a) for s in seeds for a in arms] + [Job(s, a) for s in seeds for a in later_arms if a not in arms]
 
 
+def regime_flags(regime: dict = REGIME) -> list[str]:
+    """The regime as the benchmark's flags.
+
+    >>> regime_flags({"--size": 24, "--epochs": 200})
+    ['--size', '24', '--epochs', '200']
+    """
+    return [text for flag, value in regime.items() for text in (flag, str(value))]
+
+
 def benchmark_command(job: Job, output: Path, record: Path | None, regime: dict = REGIME,
                       python: str = sys.executable) -> list[str]:
     """The benchmark's command line of one job (without the ``taskset`` prefix)."""
     command = [python, str(BENCHMARK), "--seeds", f"{job.seed},", "--arms", job.arms(), "--torch-threads", "1",
-               "-o", str(output)]
-    for flag, value in regime.items():
-        command += [flag, str(value)]
+               "-o", str(output), *regime_flags(regime)]
     if record is not None:
         command += ["--export-record", str(record)]
     return command
@@ -71,11 +78,8 @@ def benchmark_command(job: Job, output: Path, record: Path | None, regime: dict 
 def report_command(seeds: Sequence[int], arms: Sequence[str], record: Path, regime: dict = REGIME,
                    python: str = sys.executable) -> list[str]:
     """Re-make the regime's tables from the record alone (trains nothing)."""
-    command = [python, str(BENCHMARK), "--report-only", "--seeds", ",".join(map(str, seeds)) + ",",
-               "--arms", ",".join(arms), "-o", str(record)]
-    for flag, value in regime.items():
-        command += [flag, str(value)]
-    return command
+    return [python, str(BENCHMARK), "--report-only", "--seeds", ",".join(map(str, seeds)) + ",",
+            "--arms", ",".join(arms), "-o", str(record), *regime_flags(regime)]
 
 
 def finished(output: Path, job: Job) -> bool:

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eval_testdata import write_label_map  # noqa: E402
-from test_eval_crossval import CASES, TRAINER, _truth, make_world  # noqa: E402
+from eval_testdata import write_label_map
+from test_eval_crossval import CASES, TRAINER, _truth, make_world
 
-from nnunet_dro.training.case_tables import read_case_weights  # noqa: E402
-from nnunet_dro.workflows.jtt import case_scores, case_weight_table, error_set  # noqa: E402
+from nnunet_dro.training.case_tables import read_case_weights
+from nnunet_dro.workflows.jtt import case_scores, case_weight_table, error_set
 
 BIN = Path(sys.executable).parent
 

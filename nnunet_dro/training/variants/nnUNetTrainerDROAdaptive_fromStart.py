@@ -9,5 +9,6 @@ class nnUNetTrainerDROAdaptive_fromStart(nnUNetTrainerDROAdaptive):
     importance weights, no case above 5 / n, the stability guard on). This was the default of the
     177-case benchmark's headline table; on a 40-case cohort it kept two structures from being
     learned at all in one run of four (docs/evidence.md). Every other ``nnUNetTrainerDROAdaptive_*``
-    variant derives from it, so that each keeps the setting it was measured with."""
+    variant but ``_trim5`` and ``_f25_ermPhase`` derives from it, so that each keeps the setting it was
+    measured with."""
     dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, uniform_until_learned=None)

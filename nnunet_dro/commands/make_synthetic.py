@@ -33,13 +33,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(brats default); normalised to sum to 1")
     parser.add_argument("--test-mix", metavar="GROUP=FRACTION,...",
                         help="group shares in test (default: equal shares)")
+    parser.add_argument("--site", choices=("site_A", "site_B", "site_C"), default=None,
+                        help="fetal only: every case acquired at this site instead of site_A or site_B "
+                             "drawn per case; site_C is a new centre no default cohort has (thick slices, "
+                             "more noise and bias, flatter grey/white contrast). The same --seed keeps "
+                             "each case's anatomy and labels. Default: drawn per case")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.data import synthetic_brats, synthetic_fetal
     from nnunet_dro.data.synthetic_common import parse_fractions
+    from nnunet_dro.errors import UserError
 
+    if args.site is not None and args.kind != "fetal":
+        raise UserError(f"--site {args.site}: only --kind fetal renders every case at one site "
+                        "(brats draws its sites with --train-mix / --test-mix)")
     module, groups = ((synthetic_fetal, synthetic_fetal.CONDITIONS) if args.kind == "fetal"
                       else (synthetic_brats, synthetic_brats.SITES))
     make = module.make_fetal_dataset if args.kind == "fetal" else module.make_brats_dataset
@@ -47,11 +56,12 @@ def run(args: argparse.Namespace) -> int:
                  else module.DEFAULT_TRAIN_FRACTIONS)
     test_mix = (parse_fractions(args.test_mix, groups) if args.test_mix
                 else module.DEFAULT_TEST_FRACTIONS)
+    site = {} if args.site is None else {"site": args.site}
     started = time.perf_counter()
     target = make(args.dataset_id, args.name or DEFAULT_NAMES[args.kind], n_train=args.n_train,
                   n_test=args.n_test, size=args.size, seed=args.seed, train_fractions=train_mix,
                   test_fractions=test_mix, overwrite=args.overwrite,
-                  progress=lambda message: print(message, flush=True))
+                  progress=lambda message: print(message, flush=True), **site)
     print(f"wrote {target} ({args.n_train} train, {args.n_test} test, {args.size}^3, "
-          f"seed {args.seed}) in {time.perf_counter() - started:.1f} s")
+          f"seed {args.seed}{', ' + args.site if args.site else ''}) in {time.perf_counter() - started:.1f} s")
     return 0

@@ -20,7 +20,10 @@ Conditions (column ``condition`` of subgroups.tsv):
   cyst.
 
 Gestational age (20-35 weeks, column ``gestational_age``) scales the whole brain and thins the
-external CSF; two synthetic sites (column ``centre``) differ in noise and bias field strength.
+external CSF; two synthetic sites (column ``centre``) differ in noise and bias field strength. A
+third, ``site_C``, is a new centre no generated training set has (``site="site_C"`` renders every
+case there): thick slices, more noise, a stronger bias field and a flatter grey/white contrast.
+With the same seed the cases keep their anatomy and labels; only the acquisition changes.
 Minority conditions are rare in training and well represented in the test split (default 80/12/8
 percent in training, a third each in test): the hidden stratification that DRO targets.
 
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
+from scipy import ndimage
 
 from nnunet_dro.data.feta import FETA_LABELS
 from nnunet_dro.data.synthetic_common import (SyntheticCase, assign_groups, case_rng,
@@ -45,8 +49,14 @@ from nnunet_dro.data.synthetic_common import (SyntheticCase, assign_groups, case
 CONDITIONS = ("control", "spina_bifida", "other")
 DEFAULT_TRAIN_FRACTIONS = {"control": 0.80, "spina_bifida": 0.12, "other": 0.08}
 DEFAULT_TEST_FRACTIONS = {"control": 1 / 3, "spina_bifida": 1 / 3, "other": 1 / 3}
-# Synthetic acquisition sites: (share of cases, noise sd, bias field strength).
-SITES = {"site_A": (0.7, 0.025, 0.12), "site_B": (0.3, 0.045, 0.28)}
+# Synthetic acquisition sites: (share of cases, noise sd, bias field strength). site_C is never
+# drawn: only ``site="site_C"`` renders a case there (a domain-shift test set).
+SITES = {"site_A": (0.7, 0.025, 0.12), "site_B": (0.3, 0.045, 0.28), "site_C": (0.0, 0.055, 0.32)}
+NEW_CENTRE = "site_C"
+#: site_C's acquisition beyond noise and bias: through-plane blur (Gaussian sd in voxels along the
+#: first axis, as thick slices give) and how much of the grey/white contrast is left.
+NEW_CENTRE_SLICE_BLUR = 1.2
+NEW_CENTRE_CONTRAST = 0.6
 FIELD_OF_VIEW_MM = 110.0  # a 35-week fetal brain is about 100 mm long
 
 EXT_CSF, GM, WM, VENTRICLES, CEREBELLUM, DEEP_GM, BRAINSTEM = 1, 2, 3, 4, 5, 6, 7
@@ -191,33 +201,47 @@ def _t2_image(label: np.ndarray, anatomy: FetalAnatomy, rng: np.random.Generator
     c = anatomy.cerebellum_contrast
     means[CEREBELLUM] = c * means[CEREBELLUM] + (1.0 - c) * FAINT_TARGET
     lookup = np.array([means[k] for k in range(len(T2_MEANS))], dtype=np.float32)
+    if site == NEW_CENTRE:  # another sequence: grey and white matter drawn towards their middle
+        middle = (lookup[GM] + lookup[WM]) / 2.0
+        for k in (GM, WM, DEEP_GM, CEREBELLUM, BRAINSTEM):
+            lookup[k] = middle + NEW_CENTRE_CONTRAST * (lookup[k] - middle)
     image = lookup[label] ** rng.uniform(0.85, 1.2)  # per-case contrast (gamma)
+    if site == NEW_CENTRE:  # thick slices (deterministic: the random draws stay those of any site)
+        image = ndimage.gaussian_filter1d(image, NEW_CENTRE_SLICE_BLUR, axis=0)
     _, noise_sd, bias = SITES[site]
     return finish_intensity(rng, image, label > 0, noise_sd=noise_sd, bias_strength=bias)
 
 
 def generate_fetal_cohort(n_train: int = 40, n_test: int = 30, size: int = 32, seed: int = 0,
                           train_fractions: Mapping[str, float] = DEFAULT_TRAIN_FRACTIONS,
-                          test_fractions: Mapping[str, float] = DEFAULT_TEST_FRACTIONS
-                          ) -> list[SyntheticCase]:
-    """Generate the cases in memory (same arguments -> identical arrays).
+                          test_fractions: Mapping[str, float] = DEFAULT_TEST_FRACTIONS,
+                          site: str | None = None) -> list[SyntheticCase]:
+    """Generate the cases in memory (same arguments -> identical arrays). ``site``: render every
+    case at this site (e.g. the new centre ``site_C``) instead of drawing site_A or site_B; the
+    anatomy and labels stay those of the same seed without it.
 
     >>> cases = generate_fetal_cohort(n_train=4, n_test=3, size=24, seed=1)
     >>> [c.split for c in cases].count("test"), cases[0].channels[0].shape
     (3, (24, 24, 24))
+    >>> shifted = generate_fetal_cohort(n_train=4, n_test=3, size=24, seed=1, site="site_C")
+    >>> bool((shifted[0].label == cases[0].label).all()), shifted[0].groups["centre"]
+    (True, 'site_C')
     """
     check_cohort_size(n_train, n_test, size)
+    if site is not None and site not in SITES:
+        raise ValueError(f"site {site!r}: expected one of {', '.join(SITES)}")
     cases = []
     for index, (split, condition) in enumerate(
             assign_groups(seed, n_train, n_test, train_fractions, test_fractions)):
         rng = case_rng(seed, index)
-        site = "site_A" if rng.random() < SITES["site_A"][0] else "site_B"
+        drawn = "site_A" if rng.random() < SITES["site_A"][0] else "site_B"  # drawn even when forced
+        case_site = drawn if site is None else site
         anatomy = draw_anatomy(rng, condition)
-        label, image = render_fetal_case(anatomy, size, rng, site)
+        label, image = render_fetal_case(anatomy, size, rng, case_site)
         cases.append(SyntheticCase(
             case=f"fetal_{index:03d}", split=split, channels=[image], label=label,
             groups={"condition": condition, "gestational_age": anatomy.gestational_age,
-                    "centre": site}))
+                    "centre": case_site}))
     return cases
 
 
@@ -226,11 +250,13 @@ def make_fetal_dataset(dataset_id: int, name: str = "SyntheticFetal", n_train: i
                        train_fractions: Mapping[str, float] = DEFAULT_TRAIN_FRACTIONS,
                        test_fractions: Mapping[str, float] = DEFAULT_TEST_FRACTIONS,
                        overwrite: bool = False,
-                       progress: Callable[[str], None] = lambda message: None) -> Path:
+                       progress: Callable[[str], None] = lambda message: None,
+                       site: str | None = None) -> Path:
     """Generate the cohort and write it to ``$nnUNet_raw/DatasetXXX_<name>``; return the folder."""
-    cases = generate_fetal_cohort(n_train, n_test, size, seed, train_fractions, test_fractions)
+    cases = generate_fetal_cohort(n_train, n_test, size, seed, train_fractions, test_fractions, site)
     return write_cohort(cases, dataset_id, name, channel_names={0: "T2"}, labels=FETA_LABELS,
                         spacing_mm=FIELD_OF_VIEW_MM / size, overwrite=overwrite, progress=progress,
                         description=f"synthetic fetal-brain-like cohort (seed {seed}, "
-                                    f"{n_train} train / {n_test} test, {size}^3)")
+                                    f"{n_train} train / {n_test} test, {size}^3"
+                                    + (f", every case at {site}" if site else "") + ")")
 

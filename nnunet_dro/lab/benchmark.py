@@ -27,7 +27,8 @@ mean Dice) and stability (epochs after epoch 10 with a structure's pseudo-Dice b
 targets check; per seed, each arm's p10 difference on each minority's hardest structure with a
 bootstrap interval over the test cases (``p10_intervals.csv``: is that seed's difference more than
 the draw of test cases?); with ``--large-test N`` the headline again on N further test cases per
-group scored by the same networks; with ``--training-fit`` each minority's hardest structure on the
+group scored by the same networks, and with ``--shifted-test N`` on the same anatomies acquired at a
+new centre (site_C: thick slices, more noise, flatter contrast); with ``--training-fit`` each minority's hardest structure on the
 training cases beside the test cases; with ``--also-against ARM[,ARM]`` those p10 intervals
 against other arms trained under the same conditions (``ERM_repeat``, ``DROAdaptive_repeat``);
 ``robustness_tradeoff.png`` (minority p10 on its hardest structure against the controls' mean
@@ -58,7 +59,7 @@ from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
 from nnunet_dro.lab.benchmark_analysis import (BASELINE, DEFAULT_ARMS, against_section, hardest_regions,
-                                                     large_test_section,
+                                                     further_test_section,
                                                      label_noise_section, learning_time_section, markdown_report,
                                                      p10_interval_section,
                                                      p10_intervals, paired_comparison, parse_arms, parse_seeds,
@@ -72,6 +73,8 @@ from nnunet_dro.lab.pipeline import (ARM_TRAINERS, AUDIT_EXCLUDED_RECORD, FURTHE
 DATASET_ID = 991
 DATASET_NAME = "SyntheticFetalBenchmark"
 LARGE_TEST_DATASET_ID = 992  # --large-test: further test cases, scored with the same trained networks
+SHIFTED_TEST_DATASET_ID = 993  # --shifted-test: those cases' anatomies at a new centre
+FURTHER_TEST_IDS = {"large_test": LARGE_TEST_DATASET_ID, "shifted_test": SHIFTED_TEST_DATASET_ID}
 
 
 # ---------------------------------------------------------------------------------------- record
@@ -79,8 +82,8 @@ def record_files(ws: Workspace, arm: str, trainer: str, plans: str = PLANS) -> l
     """The files of a finished (seed, arm) trained by ``trainer`` that ``--report-only`` reads: the
     cohort settings, the subgroup table, the arm's result and per-case Dice, its hardness report if
     it has one, its case-weight table if it trained with one (the JTT arm's error set), its Dice on
-    the larger test set and on its training cases if they were scored (``--large-test``,
-    ``--training-fit``), which training cases had their labels corrupted (``--label-noise``:
+    the larger test set, at the new centre and on its training cases if they were scored
+    (``--large-test``, ``--shifted-test``, ``--training-fit``), which training cases had their labels corrupted (``--label-noise``:
     without it the record could not say how often the noisy cases were drawn) and which the audit
     took out (``--exclude-flagged``)."""
     files = [ws.folder / "cohort.json", ws.folder / LABEL_NOISE_RECORD, ws.folder / AUDIT_EXCLUDED_RECORD,
@@ -88,7 +91,8 @@ def record_files(ws: Workspace, arm: str, trainer: str, plans: str = PLANS) -> l
              ws.arm_folder(arm) / "result.json",
              ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer, plans),
              ws.arm_folder(arm) / CASE_WEIGHTS_FILENAME,
-             ws.folder / "large_test.json", *(ws.arm_folder(arm) / name for name in FURTHER_RESULTS.values())]
+             *(ws.folder / f"{cases}.json" for cases in FURTHER_TEST_IDS),
+             *(ws.arm_folder(arm) / name for name in FURTHER_RESULTS.values())]
     return [f for f in files if f.is_file()]
 
 
@@ -157,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "independent draw of the generator; the trained networks are reused, nothing is "
                              "retrained): a p10 of 20 cases interpolates between the 2nd and 3rd worst. "
                              "--report-only reports what was scored before. Default: 0 (off)")
+    parser.add_argument("--shifted-test", type=int, default=0, metavar="N",
+                        help="also score every finished arm of these seeds on N test cases per group acquired at a "
+                             "new centre (site_C: thick slices, more noise and bias field, flatter grey/white "
+                             "contrast; no training case comes from it), drawn with the larger test set's seed: with "
+                             "the same N its anatomies and labels, so the paired difference to it is the shift's. "
+                             "Nothing is retrained. Default: 0 (off)")
     parser.add_argument("--training-fit", action="store_true",
                         help="also score every finished arm's network on its own training cases: where an arm that "
                              "draws a minority more often lifts its training Dice and the test follows, it was "
@@ -212,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
                         f"{BASELINE} ({', '.join(a for a in arms if a != BASELINE) or 'none'})")
     for flag, value, low in (("--epochs", args.epochs, 1), ("--iterations", args.iterations, 1),
                              ("--n-train", args.n_train, 5), ("--n-test", args.n_test, 3), ("--size", args.size, 16),
-                             ("--large-test", args.large_test, 0), ("--label-noise", args.label_noise, 0),
+                             ("--large-test", args.large_test, 0), ("--shifted-test", args.shifted_test, 0),
+                             ("--label-noise", args.label_noise, 0),
                              ("--torch-threads", args.torch_threads, 1)):
         if value is not None and value < low:
             raise UserError(f"{flag} {value}: must be at least {low}")
@@ -227,7 +238,9 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(runs_folder / f"seed_{seed}", ignore_errors=True)
     started = time.perf_counter()
     say = lambda text: print(text, flush=True)  # noqa: E731
-    tables, large_tables, training_tables, run_rows = [], [], [], []
+    further_sizes = {"large_test": args.large_test, "shifted_test": args.shifted_test}
+    tables, training_tables, run_rows = [], [], []
+    further_tables: dict[str, list[pd.DataFrame]] = {cases: [] for cases in FURTHER_TEST_IDS}
     for seed in seeds:
         cohort = Cohort(args.n_train, args.n_test, args.size, seed, args.label_noise, args.exclude_flagged)
         folder = runs_folder / f"seed_{seed}"
@@ -237,8 +250,9 @@ def run(args: argparse.Namespace) -> int:
         pending = [arm for arm in arms if not ws.finished(arm)]
         if not args.report_only:
             with preparation_lock(folder):  # a second process on this folder (--train-only) waits here
-                if args.large_test:
-                    ws.prepare_large_test(args.large_test, LARGE_TEST_DATASET_ID)
+                for cases, per_group in further_sizes.items():
+                    if per_group:
+                        ws.prepare_further_test(cases, per_group, FURTHER_TEST_IDS[cases])
                 if pending:
                     say(f"[seed {seed} | {time.perf_counter() - started:6.0f} s] {folder}: to run {', '.join(pending)}")
                     ws.prepare()
@@ -266,11 +280,12 @@ def run(args: argparse.Namespace) -> int:
                            noisy_draw_share=ws.noisy_draw_share(trainer, plans), noisy_cases=len(ws.noisy_cases()),
                            training_cases=ws.training_case_count())
             say(convergence_line(f"{arm} seed {seed}", summary))
-            if args.large_test and not args.report_only:
-                ws.score_further(arm, trainer, "large_test", LARGE_TEST_DATASET_ID, args.device)
+            for cases, per_group in further_sizes.items():
+                if per_group and not args.report_only:
+                    ws.score_further(arm, trainer, cases, FURTHER_TEST_IDS[cases], args.device)
             if args.training_fit and not args.report_only:
                 ws.score_further(arm, trainer, "training", device=args.device)
-            for cases, kept in (("large_test", large_tables), ("training", training_tables)):
+            for cases, kept in (*further_tables.items(), ("training", training_tables)):
                 scored = ws.load_further(arm, cases)
                 if scored is not None:
                     kept.append(scored.assign(seed=seed, method=arm))
@@ -308,18 +323,19 @@ def run(args: argparse.Namespace) -> int:
     write_text_atomic(out / "p10_intervals.csv", intervals.to_csv(index=False))
     sections = learning_time_section(per_case, runs, hardest, settings["arms"]) + p10_interval_section(intervals)
     sections += label_noise_section(runs, args.n_train)
-    if large_tables:
-        large = pd.concat(large_tables, ignore_index=True)
-        write_text_atomic(out / "per_case_large_test.csv", large.to_csv(index=False))
-        large_intervals = p10_intervals(large, hardest)
-        write_text_atomic(out / "p10_intervals_large_test.csv", large_intervals.to_csv(index=False))
-        sections += large_test_section(large, runs, hardest, settings["arms"], large_intervals)
+    further = {cases: pd.concat(kept, ignore_index=True) for cases, kept in further_tables.items() if kept}
+    further_intervals = {}
+    for cases, table in further.items():
+        write_text_atomic(out / FURTHER_RESULTS[cases], table.to_csv(index=False))
+        further_intervals[cases] = p10_intervals(table, hardest)
+        write_text_atomic(out / f"p10_intervals_{cases}.csv", further_intervals[cases].to_csv(index=False))
+        sections += further_test_section(cases, table, runs, hardest, settings["arms"], further_intervals[cases])
     for other in against_arms:
         against = p10_intervals(per_case, hardest, baseline=other)
         write_text_atomic(out / f"p10_intervals_vs_{other}.csv", against.to_csv(index=False))
         large_against = None
-        if large_tables:
-            large_against = p10_intervals(large, hardest, baseline=other)
+        if "large_test" in further:
+            large_against = p10_intervals(further["large_test"], hardest, baseline=other)
             write_text_atomic(out / f"p10_intervals_large_test_vs_{other}.csv", large_against.to_csv(index=False))
         sections += against_section(against, other, large_against)
     if training_tables:
@@ -331,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
     say("")
     say(terminal_report(summary, paired, targets))
     say(f"\nWritten: {out / 'summary.md'}, summary.csv, paired.csv, p10_intervals.csv, runs.csv, robustness_tradeoff.png"
-        + (", per_case_large_test.csv, p10_intervals_large_test.csv" if large_tables else "")
+        + "".join(f", {FURTHER_RESULTS[cases]}, p10_intervals_{cases}.csv" for cases in further)
         + (", training_fit.csv" if training_tables else ""))
     return 0
 

@@ -34,6 +34,7 @@ from nnunet_dro.data.label_audit import audit_volumes, dataset_labels, label_vol
 from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
+from nnunet_dro.data.synthetic_fetal import NEW_CENTRE
 from nnunet_dro.errors import UserError
 from nnunet_dro.lab.budget import BUDGET_TRAINERS, SEED_ENV, THREADS_ENV, arm_name
 from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
@@ -60,8 +61,14 @@ CONVERGED_DICE = 80.0
 #: A larger test set is drawn with the cohort's seed plus this offset: further cases from the same
 #: generator, independent of the cohort (no training case, no choice was made on them).
 LARGE_TEST_SEED_OFFSET = 1_000_000
+#: The further test sets the same trained networks can be scored on: (raw dataset name suffix, the
+#: site every case is acquired at; None: drawn per case as in the cohort). Both are drawn with the
+#: cohort's seed + ``LARGE_TEST_SEED_OFFSET``: the new centre's cases are the larger test set's
+#: anatomies and labels acquired at site_C, so a paired difference between the two is the shift's.
+FURTHER_TESTS = {"large_test": ("LargeTest", None), "shifted_test": ("ShiftedTest", NEW_CENTRE)}
 #: Where :meth:`Workspace.score_further` keeps each further scoring of an arm's network.
-FURTHER_RESULTS = {"large_test": "per_case_large_test.csv", "training": "per_case_training.csv"}
+FURTHER_RESULTS = {"large_test": "per_case_large_test.csv", "shifted_test": "per_case_shifted_test.csv",
+                   "training": "per_case_training.csv"}
 
 #: the arm every other arm is compared with, paired: nnU-Net's own training (uniform draws)
 BASELINE_ARM = "ERM"
@@ -471,32 +478,39 @@ class Workspace:
         write_text_atomic(self.arm_folder(arm) / "result.json", json.dumps(summary, indent=2, default=float))
         return summary, per_case
 
-    # ------------------------------------------------------------------ a larger test set
-    def large_test_raw(self, dataset_id: int) -> Path:
-        return Path(self.env["nnUNet_raw"]) / f"Dataset{dataset_id:03d}_{self.raw.name.split('_', 1)[1]}LargeTest"
+    # ------------------------------------------------------------------ further test sets
+    def further_test_raw(self, cases: str, dataset_id: int) -> Path:
+        suffix, _ = FURTHER_TESTS[cases]
+        return Path(self.env["nnUNet_raw"]) / f"Dataset{dataset_id:03d}_{self.raw.name.split('_', 1)[1]}{suffix}"
 
-    def prepare_large_test(self, per_group: int, dataset_id: int) -> Path:
+    def prepare_further_test(self, cases: str, per_group: int, dataset_id: int) -> Path:
         """Draw ``per_group`` further test cases of each condition (cohort seed +
-        ``LARGE_TEST_SEED_OFFSET``) as raw dataset ``dataset_id`` (one placeholder training case,
-        which nothing uses), once per folder; return its raw folder.
+        ``LARGE_TEST_SEED_OFFSET``; ``cases`` names the set in ``FURTHER_TESTS``: ``large_test``
+        at the cohort's sites, ``shifted_test`` the same anatomies at the new centre) as raw
+        dataset ``dataset_id`` (one placeholder training case, which nothing uses), once per
+        folder; return its raw folder.
 
         With twenty test cases per group a p10 interpolates between the second and third worst
-        case: enough to see a large effect, not a few points. The larger set measures the same trained networks again, with the
-        test-case draw's share of the noise shrunk."""
+        case: enough to see a large effect, not a few points. A larger set measures the same
+        trained networks again, with the test-case draw's share of the noise shrunk."""
         c = self.cohort
+        _, site = FURTHER_TESTS[cases]
         wanted = {"per_group": per_group, "seed": c.seed + LARGE_TEST_SEED_OFFSET, "size": c.size,
-                  "dataset_id": dataset_id}
-        record = self.folder / "large_test.json"
+                  "dataset_id": dataset_id, **({"site": site} if site else {})}
+        record = self.folder / f"{cases}.json"
         if record.is_file() and json.loads(record.read_text()) != wanted:
-            raise UserError(f"{record}: this folder's larger test set was drawn as {json.loads(record.read_text())}, "
-                            f"not {wanted}; use the same --large-test or another output folder")
-        raw = self.large_test_raw(dataset_id)
+            raise UserError(f"{record}: this folder's {cases.replace('_', ' ')} set was drawn as "
+                            f"{json.loads(record.read_text())}, not {wanted}; use the same "
+                            f"--{cases.replace('_', '-')} or another output folder")
+        raw = self.further_test_raw(cases, dataset_id)
         if not (raw / "dataset.json").is_file():
-            self.echo(f"  larger test set: {per_group} cases per condition, seed {wanted['seed']}")
+            self.echo(f"  {cases.replace('_', ' ')} set: {per_group} cases per condition, seed {wanted['seed']}"
+                      + (f", acquired at {site}" if site else ""))
             run_python_cli(["make-synthetic", "--kind", "fetal", "--id", str(dataset_id), "-n", raw.name.split("_", 1)[1],
                             "--n-train", "1", "--n-test", str(per_group * 3), "--size", str(c.size),
-                            "--seed", str(wanted["seed"]), "--overwrite"], self.env, self.log_file)
-        write_split_table(read_subgroups(raw / SUBGROUPS_FILENAME), "test", self.folder / "subgroups_large_test.tsv")
+                            "--seed", str(wanted["seed"]), "--overwrite", *(["--site", site] if site else [])],
+                           self.env, self.log_file)
+        write_split_table(read_subgroups(raw / SUBGROUPS_FILENAME), "test", self.folder / f"subgroups_{cases}.tsv")
         write_text_atomic(record, json.dumps(wanted, indent=2))
         return raw
 
@@ -505,7 +519,8 @@ class Workspace:
         """The arm's final network scored again on further cases, once (stored in
         ``arms/<ARM>/per_case_<cases>.csv`` and loaded from there after):
 
-        - ``"large_test"``: the larger test set (:meth:`prepare_large_test` first, ``dataset_id``);
+        - ``"large_test"`` / ``"shifted_test"``: a further test set (:meth:`prepare_further_test`
+          first, ``dataset_id``);
         - ``"training"``: its own training cases. Read across arms: where an arm that draws a
           group more often raises that group's Dice on its training cases and the test cases
           follow, the group was under-fitted for being rare; where its training Dice barely moves,
@@ -517,9 +532,9 @@ class Workspace:
         if not (fold_dir / "checkpoint_final.pth").is_file():
             raise UserError(f"{fold_dir}: no checkpoint_final.pth to score the {cases} cases "
                             f"with (arm {arm}); its run folder is needed, a record is not enough")
-        if cases == "large_test":
-            raw, split = self.large_test_raw(dataset_id), "Ts"
-            groups = self.folder / "subgroups_large_test.tsv"
+        if cases in FURTHER_TESTS:
+            raw, split = self.further_test_raw(cases, dataset_id), "Ts"
+            groups = self.folder / f"subgroups_{cases}.tsv"
         else:
             raw, split = self.raw, "Tr"
             groups = self.folder / "subgroups_training.tsv"

@@ -140,6 +140,33 @@ def test_parse_fractions_rejects(text, message):
         parse_fractions(text, ["control", "spina_bifida", "other"])
 
 
+def test_fetal_new_centre_keeps_the_anatomy_and_changes_the_acquisition():
+    """site_C renders the same seed's cases (same anatomy, labels, groups) with another acquisition:
+    thick slices (neighbouring slices more alike along the first axis) and a flatter grey/white
+    contrast; the cohort without it is unchanged (site C is never drawn)."""
+    drawn = generate_fetal_cohort(n_train=6, n_test=6, size=24, seed=7)
+    shifted = generate_fetal_cohort(n_train=6, n_test=6, size=24, seed=7, site="site_C")
+    assert "site_C" not in {c.groups["centre"] for c in drawn}
+    assert {c.groups["centre"] for c in shifted} == {"site_C"}
+    for a, b in zip(drawn, shifted):
+        assert np.array_equal(a.label, b.label) and a.split == b.split
+        assert {k: v for k, v in a.groups.items() if k != "centre"} == \
+            {k: v for k, v in b.groups.items() if k != "centre"}
+
+    def grey_white(case) -> float:  # white minus grey matter, in units of the brain's mean
+        image, label = case.channels[0], case.label
+        return float(image[label == 3].mean() - image[label == 2].mean()) / float(image[label > 0].mean())
+
+    def slice_step(case, axis: int) -> float:  # mean absolute change from one slice to the next
+        image = case.channels[0] / case.channels[0][case.label > 0].mean()
+        return float(np.abs(np.diff(image, axis=axis)).mean())
+
+    assert np.median([grey_white(b) / grey_white(a) for a, b in zip(drawn, shifted)]) < 0.8
+    assert all(slice_step(b, 0) < slice_step(b, 2) for b in shifted)
+    with pytest.raises(ValueError, match="site 'site_D'"):
+        generate_fetal_cohort(n_train=2, n_test=0, size=24, seed=7, site="site_D")
+
+
 def _cli(args: list[str], raw: Path | None) -> subprocess.CompletedProcess:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if raw is not None:
@@ -162,6 +189,12 @@ def test_make_synthetic_cli(tmp_path):
     bad_mix = _cli(["--id", "913", "--train-mix", "controls=1"], raw)
     assert bad_mix.returncode == 2 and "unknown group 'controls'" in bad_mix.stderr
     assert len(bad_mix.stderr.strip().splitlines()) == 1
+    shifted = _cli(["--id", "914", "--n-train", "2", "--n-test", "3", "--size", "16", "--site", "site_C"], raw)
+    assert shifted.returncode == 0, shifted.stderr
+    assert set(pd.read_csv(raw / "Dataset914_SyntheticFetal" / "subgroups.tsv", sep="\t").centre) == {"site_C"}
+    brats_site = _cli(["--kind", "brats", "--id", "915", "--site", "site_C"], raw)
+    assert brats_site.returncode == 2 and "--site site_C: only --kind fetal" in brats_site.stderr
+    assert len(brats_site.stderr.strip().splitlines()) == 1 and not list(raw.glob("Dataset915_*"))
 
 
 

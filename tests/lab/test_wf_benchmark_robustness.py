@@ -472,6 +472,12 @@ def _stored_seed(root: Path, seed: int, arms: dict, large_test: bool = False, no
                                value=80.0 + k % 7 + (lift if group != "control" else 0.0), condition=group)
                           for k, group in enumerate(["control"] * 40 + ["spina_bifida"] * 40 + ["other"] * 40)]
                          ).to_csv(ws.arm_folder(arm) / "per_case_large_test.csv", index=False)
+            # the same cases at a new centre: 20 lower, the minority lift doubled
+            (ws.folder / "shifted_test.json").write_text(json.dumps({"per_group": 40, "site": "site_C"}))
+            pd.DataFrame([dict(method=arm, case=f"L{k}", region="cerebellum", metric="dice", note="",
+                               value=60.0 + k % 7 + (2 * lift if group != "control" else 0.0), condition=group)
+                          for k, group in enumerate(["control"] * 40 + ["spina_bifida"] * 40 + ["other"] * 40)]
+                         ).to_csv(ws.arm_folder(arm) / "per_case_shifted_test.csv", index=False)
         summary = {"arm": arm, "trainer": trainer, "seed": seed, "budget": {"epochs": None, "iterations_per_epoch": None},
                    "train_seconds": 1500.0, "epochs": 120, "collapsed_epochs": 20, "lost_epochs": 0,
                    "all_learned_epoch": 40, "control_mean_dice": {"white_matter": 95.0, "intra_axial_csf": 85.0,
@@ -550,9 +556,9 @@ def test_erm_alone_reports_its_tables_and_no_comparison(bench, tmp_path, capsys)
 
 
 def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
-    """Stored larger-test Dice get their own headline and p10 intervals (the hardest structures are
-    still chosen on the main test set), stored training-case Dice the fit table, and the record keeps
-    both, so --report-only on the record re-makes the same tables."""
+    """Stored larger-test and new-centre Dice get their own headline and p10 intervals (the hardest
+    structures are still chosen on the main test set), stored training-case Dice the fit table, and
+    the record keeps them all, so --report-only on the record re-makes the same tables."""
     runs, record = tmp_path / "results", tmp_path / "record"
     arms = {"ERM": ("nnUNetTrainer_CPUBudget", 0.0), "Adaptive_f50_noIS_cap5": ("DROTrainer", 3.0)}
     for seed in (3, 4):
@@ -577,8 +583,15 @@ def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
     assert (record / "runs/seed_3/large_test.json").is_file()
     assert (record / "runs/seed_4/arms/ERM/per_case_large_test.csv").is_file()
     assert (record / "runs/seed_4/arms/ERM/per_case_training.csv").is_file()
+    # the new centre: its own section and intervals, where the lift is +6, and kept in the record
+    shifted = text[text.index("## At the new centre"):]
+    assert "acquired at site_C" in shifted and "### Dice targets at the new centre" in shifted
+    assert pd.read_csv(runs / "p10_intervals_shifted_test.csv")["d_p10"].to_numpy() == pytest.approx(6.0)
+    assert (record / "runs/seed_3/shifted_test.json").is_file()
+    assert (record / "runs/seed_4/arms/ERM/per_case_shifted_test.csv").is_file()
     assert bench.main(common + ["-o", str(record)]) == 0
-    for table in ("per_case_large_test.csv", "p10_intervals_large_test.csv", "training_fit.csv"):
+    for table in ("per_case_large_test.csv", "p10_intervals_large_test.csv", "training_fit.csv",
+                  "per_case_shifted_test.csv", "p10_intervals_shifted_test.csv"):
         pd.testing.assert_frame_equal(pd.read_csv(record / table), pd.read_csv(runs / table))
 
 

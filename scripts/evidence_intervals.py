@@ -6,6 +6,7 @@ Usage (reads only data_docs/benchmark_record/, trains nothing; a few seconds)::
 
     python scripts/evidence_intervals.py            # rewrites data_docs/benchmark_record/evidence_intervals.csv
     python scripts/evidence_intervals.py --check    # exit 1 if the stored table is not what the record gives
+    python scripts/evidence_intervals.py --markdown decision40_24_200 --cases shifted_test   # at the new centre
 
 Per record, seed and run, five statistics of the Dice (in percent) on the larger test set (100
 further test cases per group): the spina bifida cerebellum p10, the "other" intra-axial CSF p10
@@ -17,6 +18,10 @@ trained twice is compared with the mean of both ERM runs. The gain over seeds: m
 t-interval over seeds (k - 1 degrees of freedom; none with one seed) and the signs per seed. The
 noise floor is ERM's second run minus its first on the seeds that have both: what a gain looks
 like when there is no method at all.
+
+The same over the new centre's cases (``--shifted-test``: the larger test set's anatomies acquired
+at site_C, which no training case comes from) goes to ``evidence_intervals_new_centre.csv``, for the
+records that scored them.
 
 These are intervals over seeds (training runs). The record's ``p10_intervals*.csv`` resample test
 cases with both networks fixed; they leave out run-to-run variance and are not used here.
@@ -34,7 +39,11 @@ import pandas as pd
 from nnunet_dro.evaluation.runs import t_interval
 
 RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
-OUTPUT = RECORD / "evidence_intervals.csv"
+#: the test cases read -> the table written: the larger test set, and the new centre's cases
+PER_CASE = {"large_test": "per_case_large_test.csv", "shifted_test": "per_case_shifted_test.csv"}
+OUTPUTS = {"large_test": RECORD / "evidence_intervals.csv",
+           "shifted_test": RECORD / "evidence_intervals_new_centre.csv"}
+OUTPUT = OUTPUTS["large_test"]
 
 #: (group, region, statistic): the minorities' worst tenth and the majority's means
 #: the majority's statistics: a candidate keeps the majority when each stays within a bound
@@ -68,6 +77,8 @@ LABELS = {
     "DROLS": "GI-LS `nnUNetTrainerDROLS`",
     "DROLS_DRO": "GI-LS with the default's sampling `nnUNetTrainerDROLS_DRO`",
 }
+#: how the docs name a record's table at the new centre (``--cases shifted_test``)
+NEW_CENTRE_SUFFIX = "_new_centre"
 #: the records the docs quote, with the cohort each was run on
 RECORDS = {
     "alternatives177_240": "177 cases, 240 epochs",
@@ -155,11 +166,13 @@ def gains_over_seeds(runs: pd.DataFrame, record: str, baseline: str = "ERM") -> 
     return rows
 
 
-def evidence_table() -> pd.DataFrame:
-    """The whole table, every record the docs quote."""
+def evidence_table(cases: str = "large_test") -> pd.DataFrame:
+    """The whole table, every record the docs quote that scored ``cases`` (a key of ``PER_CASE``)."""
     rows = []
     for record in RECORDS:
-        per_case = pd.read_csv(RECORD / record / "per_case_large_test.csv")
+        if cases != "large_test" and not (RECORD / record / PER_CASE[cases]).is_file():
+            continue  # only the larger test set is in every record
+        per_case = pd.read_csv(RECORD / record / PER_CASE[cases])
         runs = per_run_statistics(per_case)
         rows.extend(gains_over_seeds(runs, record))
         if record in AGAINST_DEFAULT:  # the alternatives against the default, like for like
@@ -214,9 +227,9 @@ def cell(row: pd.Series) -> str:
 
 
 def markdown_table(table: pd.DataFrame, record: str, comparison: str = "ERM",
-                   methods: tuple[str, ...] | None = None) -> list[str]:
+                   methods: tuple[str, ...] | None = None, title: str | None = None) -> list[str]:
     """The docs' table of one record: a row per method, a column per statistic (tests/test_figures.py
-    compares docs/evidence.md's cells with this)."""
+    compares docs/evidence.md's cells with this); ``title`` names it (default: the record)."""
     part = table[(table["record"] == record) & (table["comparison"].str.endswith(comparison)
                                                 | table["comparison"].str.startswith("noise floor"))]
     if comparison != "ERM":
@@ -224,7 +237,7 @@ def markdown_table(table: pd.DataFrame, record: str, comparison: str = "ERM",
     if methods is not None:
         part = part[part["method"].isin(methods)]
     names = [f"{g} {r} {s}" for g, r, s in STATISTICS]
-    lines = [f"| {record}: minus {comparison} | seeds | " + " | ".join(names) + " |",
+    lines = [f"| {title or record}: minus {comparison} | seeds | " + " | ".join(names) + " |",
              "|---|---:|" + "---:|" * len(names)]
     for (method, comp), rows in part.groupby(["method", "comparison"], sort=False):
         label = "ERM again (noise floor)" if comp.startswith("noise floor") else LABELS.get(method, method)
@@ -239,26 +252,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare with the stored table, write nothing")
     parser.add_argument("--decision", action="store_true", help="print the decision regime's rule, per candidate")
     parser.add_argument("--markdown", metavar="RECORD[:BASELINE[:METHOD,...]]", help="print one record's docs table")
+    parser.add_argument("--cases", choices=tuple(PER_CASE), default="large_test",
+                        help="--markdown: the larger test set (default) or the new centre's cases")
     args = parser.parse_args(argv)
-    table = evidence_table()
-    if args.decision:
+    tables = {cases: evidence_table(cases) for cases in PER_CASE}
+    table = tables["large_test"]
+    if args.decision:  # the rule was written for the larger test set
         print(decision(table).to_string(index=False))
         return 0
     if args.markdown:
         record, baseline, methods = (args.markdown.split(":") + ["", ""])[:3]
-        print("\n".join(markdown_table(table, record, baseline or "ERM",
-                                        tuple(methods.split(",")) if methods else None)))
+        title = record + (NEW_CENTRE_SUFFIX if args.cases == "shifted_test" else "")
+        print("\n".join(markdown_table(tables[args.cases], record, baseline or "ERM",
+                                        tuple(methods.split(",")) if methods else None, title)))
         return 0
     if args.check:
-        stored = pd.read_csv(OUTPUT, keep_default_na=False, dtype=str)
-        fresh = pd.read_csv(io.StringIO(table.to_csv(index=False)), keep_default_na=False, dtype=str)
-        if not stored.equals(fresh):
-            print(f"{OUTPUT} is not what the record gives: run scripts/evidence_intervals.py", file=sys.stderr)
-            return 1
+        for cases, output in OUTPUTS.items():
+            stored = pd.read_csv(output, keep_default_na=False, dtype=str)
+            fresh = pd.read_csv(io.StringIO(tables[cases].to_csv(index=False)), keep_default_na=False, dtype=str)
+            if not stored.equals(fresh):
+                print(f"{output} is not what the record gives: run scripts/evidence_intervals.py", file=sys.stderr)
+                return 1
         return 0
-    tmp = OUTPUT.with_suffix(".csv.tmp")
-    table.to_csv(tmp, index=False)
-    tmp.replace(OUTPUT)
+    for cases, output in OUTPUTS.items():
+        tmp = output.with_suffix(".csv.tmp")
+        tables[cases].to_csv(tmp, index=False)
+        tmp.replace(output)
     print(table.to_string(index=False))
     return 0
 

@@ -58,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label}: " + ", ".join(f"seed {j.seed} {j.arm}" for j in jobs_))
         if scheduler.failed:
             return 1
-    done = sorted({int(p.name.split("_")[1]) for p in (record / "runs").glob("seed_*")
-                   if int(p.name.split("_")[1]) in seeds}) if (record / "runs").is_dir() else []
+    # the tables cover every recorded seed, not only this batch's: a batch of later seeds would
+    # otherwise replace the record's tables with its own few
+    done = sorted({int(p.name.split("_")[1]) for p in (record / "runs").glob("seed_*")}) \
+        if (record / "runs").is_dir() else []
     if not done:
-        print(f"no recorded seed of {seeds} in {record}")
+        print(f"no recorded seed in {record}")
         return 1
     return subprocess.run(report_command(done, arms + [a for a in later if a not in arms], record)).returncode
 

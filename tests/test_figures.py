@@ -169,9 +169,9 @@ def test_readme_claims_hold_by_their_rules(stored):
     assert "cannot be told apart from the default" in readme
     assert not_shown(row(stored, alt, "DiceTopK10", "other intra_axial_csf p10", baseline="DROAdaptive"))
     assert "nothing is shown on the 40- and 64-case cohorts" in readme
-    assert "has 2 seeds so far and decides nothing yet" in readme
+    assert "has 5 seeds so far and decides nothing yet" in readme
     verdict = SCRIPT.decision(stored)
-    assert set(verdict["seeds"]) == {2} and not verdict["meets_rule"].any()
+    assert set(verdict["seeds"]) == {5} and not verdict["meets_rule"].any()
     for record in ("stability40_240", "stability64", "stability64_240"):
         for statistic in ("spina_bifida cerebellum p10", "other intra_axial_csf p10"):
             assert not lifts(row(stored, record, "DROAdaptive", statistic)), (record, statistic)
@@ -191,10 +191,22 @@ def test_evidence_claims_hold_by_their_rules(stored):
     for method in ("DiceTopK10", "Oversample033"):
         for statistic in ("spina_bifida cerebellum p10", "other intra_axial_csf p10"):
             assert not_shown(row(stored, alt, method, statistic, baseline="DROAdaptive")), (method, statistic)
-    assert "Nothing is decided at two seeds**: every interval holds 0 and no arm meets the rule" in page
+    assert "Nothing is decided at five seeds**: no arm meets the rule" in page
     decision = stored[(stored.record == "decision40_24_200") & (stored.comparison == "minus ERM")]
-    assert set(decision["seeds"]) == {2} and all(not_shown(r) for _, r in decision.iterrows())
-    assert not SCRIPT.decision(stored)["meets_rule"].any()
+    assert set(decision["seeds"]) == {5} and not SCRIPT.decision(stored)["meets_rule"].any()
+    assert "The default's \"other\" CSF p10 rose on every seed (+0.1 to +8.3), its interval still holds 0" in page
+    default_other = row(stored, "decision40_24_200", "DROAdaptive", "other intra_axial_csf p10")
+    assert set(default_other["signs"]) == {"+"} and not_shown(default_other)
+    assert "on seed 33 it lost the controls' cerebellum (-82.8)" in page
+    cerebellum = row(stored, "decision40_24_200", "DROAdaptive", "control cerebellum mean")
+    assert dict(zip(cerebellum["seed_list"].split(), cerebellum["gain_per_seed"].split()))["33"] == "-82.8"
+    assert "Only `_f25_ermPhase` has an interval above 0 (spina bifida cerebellum p10)" in page
+    above = decision[(decision.ci_seeds_low > 0)]
+    assert list(zip(above.method, above.statistic)) == [("DROAdaptive_f25_ermPhase", "spina_bifida cerebellum p10")]
+    assert "no gain there is shown" in page
+    shifted = pd.read_csv(SCRIPT.OUTPUTS["shifted_test"])
+    gains = shifted[(shifted.record == "decision40_24_200") & (shifted.comparison == "minus ERM")]
+    assert len(gains) and all(not_shown(r) for _, r in gains.iterrows())
     assert "With dirty labels nothing is shown" in page
     noise = stored[(stored.record == "noise177_240") & stored.statistic.str.endswith("p10")]
     assert not any(lifts(r) for _, r in noise.iterrows())

@@ -324,12 +324,11 @@ def run(args: argparse.Namespace) -> int:
     sections = learning_time_section(per_case, runs, hardest, settings["arms"]) + p10_interval_section(intervals)
     sections += label_noise_section(runs, args.n_train)
     further = {cases: pd.concat(kept, ignore_index=True) for cases, kept in further_tables.items() if kept}
-    further_intervals = {}
     for cases, table in further.items():
         write_text_atomic(out / FURTHER_RESULTS[cases], table.to_csv(index=False))
-        further_intervals[cases] = p10_intervals(table, hardest)
-        write_text_atomic(out / f"p10_intervals_{cases}.csv", further_intervals[cases].to_csv(index=False))
-        sections += further_test_section(cases, table, runs, hardest, settings["arms"], further_intervals[cases])
+        table_intervals = p10_intervals(table, hardest)
+        write_text_atomic(out / f"p10_intervals_{cases}.csv", table_intervals.to_csv(index=False))
+        sections += further_test_section(cases, table, runs, hardest, settings["arms"], table_intervals)
     for other in against_arms:
         against = p10_intervals(per_case, hardest, baseline=other)
         write_text_atomic(out / f"p10_intervals_vs_{other}.csv", against.to_csv(index=False))

@@ -376,13 +376,14 @@ def learning_time_section(per_case: pd.DataFrame, runs: pd.DataFrame, hardest: d
     return lines
 
 
-#: How the report names each further test set: (where, as in "Dice targets <where>"; what its
-#: cases are; its flag).
+#: How the report names each further test set: (its section heading, where as in "Dice targets
+#: <where>", what its cases are, its flag).
 FURTHER_TEST_TEXT = {
-    "large_test": ("on the larger test set", "a further independent draw of the generator", "--large-test"),
-    "shifted_test": ("at the new centre", "the larger test set's anatomies and labels acquired at site_C, a centre "
-                     "no training case comes from: thick slices, more noise and bias field, a flatter grey/white "
-                     "contrast", "--shifted-test"),
+    "large_test": ("On a larger test set", "on the larger test set", "a further independent draw of the generator",
+                   "--large-test"),
+    "shifted_test": ("At the new centre", "at the new centre", "the larger test set's anatomies and labels acquired "
+                     "at site_C, a centre no training case comes from: thick slices, more noise and bias field, a "
+                     "flatter grey/white contrast", "--shifted-test"),
 }
 
 
@@ -392,13 +393,13 @@ def further_test_section(cases: str, table: pd.DataFrame, runs: pd.DataFrame, ha
     ``FURTHER_TEST_TEXT``): the same trained networks, more test cases per group, at the cohort's
     sites or a new centre. The hardest structures stay those of the main test set, so nothing is
     chosen on these cases."""
-    where, what, flag = FURTHER_TEST_TEXT[cases]
+    heading, where, what, flag = FURTHER_TEST_TEXT[cases]
     by_seed = summary_by_seed(table)
     counts = by_seed.groupby("group")["n"].max().reindex([g for g in _group_order(table) if g != "all"])
     seeds = sorted(set(table["seed"]))
     scored = runs[runs.set_index(["arm", "seed"]).index.isin(list(zip(table["method"], table["seed"])))]
     paired = paired_comparison(table, by_seed)
-    lines = [f"## {where[0].upper()}{where[1:].replace('the larger', 'a larger')} (the same trained networks)", "",
+    lines = [f"## {heading} (the same trained networks)", "",
              f"Seeds {', '.join(map(str, seeds))}: every arm's final network scored on {what} ("
              + ", ".join(f"{g} {n}" for g, n in counts.items()) + f" cases; `{flag}`). ERM in Dice, the other "
              "arms as paired differences, as in the headline.", "",
@@ -409,8 +410,7 @@ def further_test_section(cases: str, table: pd.DataFrame, runs: pd.DataFrame, ha
     # The Dice targets judged again on these cases; the stability targets stay in "Targets".
     verdicts = dice_targets_check(paired, hardest)
     if verdicts:
-        lines += [f"### Dice targets {where}", "",
-                  *(f"- {v}" for v in verdicts), ""]
+        lines += [f"### Dice targets {where}", "", *(f"- {v}" for v in verdicts), ""]
     return lines
 
 

@@ -66,6 +66,8 @@ LARGE_TEST_SEED_OFFSET = 1_000_000
 #: cohort's seed + ``LARGE_TEST_SEED_OFFSET``: the new centre's cases are the larger test set's
 #: anatomies and labels acquired at site_C, so a paired difference between the two is the shift's.
 FURTHER_TESTS = {"large_test": ("LargeTest", None), "shifted_test": ("ShiftedTest", NEW_CENTRE)}
+#: How messages name each further test set.
+FURTHER_TEST_NAMES = {"large_test": "larger test set", "shifted_test": "new centre's test set"}
 #: Where :meth:`Workspace.score_further` keeps each further scoring of an arm's network.
 FURTHER_RESULTS = {"large_test": "per_case_large_test.csv", "shifted_test": "per_case_shifted_test.csv",
                    "training": "per_case_training.csv"}
@@ -499,12 +501,12 @@ class Workspace:
                   "dataset_id": dataset_id, **({"site": site} if site else {})}
         record = self.folder / f"{cases}.json"
         if record.is_file() and json.loads(record.read_text()) != wanted:
-            raise UserError(f"{record}: this folder's {cases.replace('_', ' ')} set was drawn as "
+            raise UserError(f"{record}: this folder's {FURTHER_TEST_NAMES[cases]} was drawn as "
                             f"{json.loads(record.read_text())}, not {wanted}; use the same "
                             f"--{cases.replace('_', '-')} or another output folder")
         raw = self.further_test_raw(cases, dataset_id)
         if not (raw / "dataset.json").is_file():
-            self.echo(f"  {cases.replace('_', ' ')} set: {per_group} cases per condition, seed {wanted['seed']}"
+            self.echo(f"  {FURTHER_TEST_NAMES[cases]}: {per_group} cases per condition, seed {wanted['seed']}"
                       + (f", acquired at {site}" if site else ""))
             run_python_cli(["make-synthetic", "--kind", "fetal", "--id", str(dataset_id), "-n", raw.name.split("_", 1)[1],
                             "--n-train", "1", "--n-test", str(per_group * 3), "--size", str(c.size),

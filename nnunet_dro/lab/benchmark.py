@@ -43,8 +43,6 @@ Dice, one point per arm and seed).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import shutil
 import sys
@@ -68,7 +66,7 @@ from nnunet_dro.lab.benchmark_analysis import (BASELINE, DEFAULT_ARMS, against_s
                                                      training_fit_section)
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_FILENAME
 from nnunet_dro.lab.pipeline import (ARM_TRAINERS, AUDIT_EXCLUDED_RECORD, FURTHER_RESULTS, JTT_ARM, JTT_SETTINGS, PLANS,
-                                     Budget, Cohort, Workspace, arm_run, convergence_line, progress_filter)
+                                     Budget, Cohort, Workspace, arm_run, convergence_line, folder_lock, progress_filter)
 
 DATASET_ID = 991
 DATASET_NAME = "SyntheticFetalBenchmark"
@@ -110,18 +108,11 @@ def export_record(ws: Workspace, arm: str, trainer: str, destination: Path, plan
 
 
 # ---------------------------------------------------------------------------------------- main
-@contextlib.contextmanager
 def preparation_lock(folder: Path):
-    """Hold an exclusive lock on ``folder/.prepare.lock`` while the cohort is made and preprocessed:
+    """Hold :func:`folder_lock` ``folder/.prepare.lock`` while the cohort is made and preprocessed:
     two benchmark processes started on one folder would otherwise both write the same raw and
-    preprocessed files. The lock is the kernel's (``flock``), so a killed process releases it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".prepare.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    preprocessed files."""
+    return folder_lock(folder / ".prepare.lock")
 
 
 def build_parser() -> argparse.ArgumentParser:

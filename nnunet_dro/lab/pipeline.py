@@ -16,6 +16,8 @@ run's folder ``<trainer>__<plans>__<configuration>``, so a repeat is a results f
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -526,7 +528,14 @@ class Workspace:
         - ``"training"``: its own training cases. Read across arms: where an arm that draws a
           group more often raises that group's Dice on its training cases and the test cases
           follow, the group was under-fitted for being rare; where its training Dice barely moves,
-          more draws do not help it (the structure is hard in the image itself)."""
+          more draws do not help it (the structure is hard in the image itself).
+
+        Two benchmark processes on one seed folder (``--arms ERM,A`` beside ``--arms ERM,B``) both
+        score the baseline: the second waits on the arm's lock and then loads the first's result."""
+        with folder_lock(self.arm_folder(arm) / f".score_{cases}.lock"):
+            return self._score_further(arm, trainer, cases, dataset_id, device)
+
+    def _score_further(self, arm: str, trainer: str, cases: str, dataset_id: int | None, device: str) -> pd.DataFrame:
         stored = self.arm_folder(arm) / FURTHER_RESULTS[cases]
         if stored.is_file():
             return pd.read_csv(stored, dtype={"case": str})
@@ -550,6 +559,19 @@ class Workspace:
         """The stored result of :meth:`score_further`, or None."""
         stored = self.arm_folder(arm) / FURTHER_RESULTS[cases]
         return pd.read_csv(stored, dtype={"case": str}) if stored.is_file() else None
+
+
+@contextlib.contextmanager
+def folder_lock(lock_file: Path):
+    """Hold an exclusive lock on ``lock_file`` (made with its folder if missing). The lock is the
+    kernel's (``flock``), so a killed process releases it."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def write_split_table(subgroups: pd.DataFrame, split: str, path: Path) -> None:

@@ -1,13 +1,18 @@
 """The decision regime's scheduler (nnunet_dro.lab.regime): a seed's arms wait for its ERM run, no
 run starts after the deadline, a failed ERM run leaves its seed's arms unstarted, and the command
-lines pair every arm with ERM under the regime's settings. The benchmark runs it schedules are
-tested end to end in test_wf_benchmark_robustness.py."""
+lines pair every arm with ERM under the regime's settings; two of its processes on one seed score
+the shared baseline once. The benchmark runs it schedules are tested end to end in
+test_wf_benchmark_robustness.py."""
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from pathlib import Path
 
+import pandas as pd
+
+from nnunet_dro.lab.pipeline import Cohort, Workspace
 from nnunet_dro.lab.regime import REGIME, Job, Scheduler, benchmark_command, report_command
 
 
@@ -99,3 +104,40 @@ def test_commands_pair_each_arm_with_erm_under_the_regime(tmp_path: Path):
     assert benchmark_command(Job(30, "ERM"), tmp_path, None)[4:6] == ["--arms", "ERM"]
     report = report_command([30, 31], ["ERM", "JTT"], tmp_path, python="py")
     assert "--report-only" in report and report[report.index("--seeds") + 1] == "30,31,"
+
+
+class SlowScoring(Workspace):
+    """A workspace whose scoring (prediction and evaluation) only logs its start and end around a
+    pause: what two processes scoring the same network at once would interleave."""
+
+    def _predict_and_score(self, arm, trainer, images, labels, groups, target, device):
+        with open(self.folder / "scorings.log", "a") as log:
+            log.write("start\n")
+        time.sleep(1.0)
+        with open(self.folder / "scorings.log", "a") as log:
+            log.write("end\n")
+        return pd.DataFrame({"case": ["fetal_001"], "dice": [0.9]})
+
+
+def _score_erm(folder: str) -> None:
+    ws = SlowScoring(folder, 991, "SyntheticFetalBenchmark", Cohort(8, 2, 16, 35), echo=lambda text: None)
+    ws.score_further("ERM", "nnUNetTrainer", "shifted_test", 993)
+
+
+def test_two_processes_on_one_seed_score_the_shared_erm_network_once(tmp_path: Path):
+    """Seed 35 of the regime, December 5: ``--arms ERM,A`` and ``--arms ERM,B`` started together
+    both scored ERM at the new centre into one folder, and one renamed the other's predictions away.
+    Scoring an arm now holds that arm's lock: the second process waits, then loads the first's result."""
+    ws = SlowScoring(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(8, 2, 16, 35), echo=lambda text: None)
+    checkpoint = ws.fold_folder("nnUNetTrainer") / "checkpoint_final.pth"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"")  # only its presence is checked before scoring
+    context = multiprocessing.get_context("fork")
+    processes = [context.Process(target=_score_erm, args=(str(tmp_path),)) for _ in range(2)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(60)
+    assert [p.exitcode for p in processes] == [0, 0]
+    assert (tmp_path / "scorings.log").read_text().split() == ["start", "end"]
+    assert pd.read_csv(ws.arm_folder("ERM") / "per_case_shifted_test.csv")["dice"].tolist() == [0.9]

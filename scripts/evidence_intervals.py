@@ -19,6 +19,10 @@ t-interval over seeds (k - 1 degrees of freedom; none with one seed) and the sig
 noise floor is ERM's second run minus its first on the seeds that have both: what a gain looks
 like when there is no method at all.
 
+The decision regime's record is tabled twice: over every seed, and (``decision40_24_200_erm_learned``,
+which the decision rule reads) over the seeds on which ERM learned the majority (every control mean
+>= 80 in the record's ``runs.csv``), as the journal's amendment says.
+
 The same over the new centre's cases (``--shifted-test``: the larger test set's anatomies acquired
 at site_C, which no training case comes from) goes to ``evidence_intervals_new_centre.csv``, for the
 records that scored them.

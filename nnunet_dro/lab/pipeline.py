@@ -631,10 +631,20 @@ def majority_means(per_case: pd.DataFrame) -> dict[str, float]:
     return {str(r): float(v) for r, v in controls.groupby("region", sort=False)["value"].mean().items()}
 
 
+def majority_learned(means: Mapping[str, float]) -> bool:
+    """Whether every control region's mean Dice (%) is at least ``CONVERGED_DICE``: the regime check
+    of a run, and what makes a seed count in the decision regime (scripts/evidence_intervals.py).
+
+    >>> majority_learned({"white_matter": 93.0, "intra_axial_csf": 71.3}), majority_learned({})
+    (False, False)
+    """
+    return bool(means) and min(means.values()) >= CONVERGED_DICE
+
+
 def convergence_line(arm: str, summary: Mapping) -> str:
     """How converged a run is, in one line (the benchmark's and the demo's regime check)."""
     means = summary.get("control_mean_dice", {})
-    ok = means and min(means.values()) >= CONVERGED_DICE
+    ok = majority_learned(means)
     text = ", ".join(f"{r} {v:.1f}" for r, v in means.items())
     return (f"  {arm}: controls' mean Dice {text} ({'all' if ok else 'NOT all'} >= {CONVERGED_DICE:g}); "
             f"{summary.get('collapsed_epochs', '?')} of {max(0, summary.get('epochs', 0) - START_EPOCH)} epochs "

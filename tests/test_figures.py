@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "data_docs" / "benchmark_record"
 EVIDENCE = ROOT / "docs" / "evidence.md"
 README = ROOT / "README.md"
+METHODS = ROOT / "docs" / "methods.md"
 
 
 def _script():
@@ -126,7 +127,7 @@ def test_evidence_tables_are_the_scripts_output(stored, stored_new_centre):
 INTERVAL = re.compile(r"([+-]\d+\.\d) \((-?\d+\.\d) to (-?\d+\.\d)\)")
 
 
-@pytest.mark.parametrize("page", [README, EVIDENCE])
+@pytest.mark.parametrize("page", [README, EVIDENCE, METHODS])
 def test_every_interval_quoted_is_a_cell_of_the_table(page, stored, stored_new_centre):
     cells = {(f"{r['mean']:+.1f}", f"{r['ci_seeds_low']:.1f}", f"{r['ci_seeds_high']:.1f}")
              for _, r in pd.concat([stored, stored_new_centre]).iterrows()}
@@ -287,6 +288,33 @@ def test_the_decision_counts_only_seeds_where_erm_learned_the_majority(stored):
     assert 33 not in seeds and seeds <= set(kept) and {30, 31, 32, 34} <= seeds
     page = " ".join(EVIDENCE.read_text().split())
     assert "never left its ERM phase" in page and "Seed 33 does not count" in page
+
+
+def test_gils_claims_hold_by_their_rules(stored, stored_new_centre):
+    """docs/methods.md's GI-LS reading and docs/evidence.md's line on it, by the words' rules, and
+    the structures its runs did not learn (the record's runs.csv)."""
+    learned = SCRIPT.DECISION["record"]
+    methods = " ".join(METHODS.read_text().split())
+    page = " ".join(EVIDENCE.read_text().split())
+    ls, ls_dro = (lambda s, table=stored: row(table, learned, "DROLS", s)), (lambda s: row(stored, learned, "DROLS_DRO", s))
+    assert ls("other intra_axial_csf p10")["seeds"] == ls_dro("other intra_axial_csf p10")["seeds"] == 5
+    assert "on 5 of its 8 counting seeds (30-32, 34, 35: partial)" in methods
+    assert not_shown(ls("other intra_axial_csf p10")) and not_shown(ls("spina_bifida cerebellum p10"))
+    assert costs(ls("control white_matter mean")) and "it costs the controls' white matter" in methods
+    assert costs(ls_dro("spina_bifida cerebellum p10")) and "costs the spina bifida cerebellum p10, -27.9" in methods
+    new_centre = lambda s: row(stored_new_centre, learned, "DROLS", s)
+    assert lifts(new_centre("control white_matter mean")) and set(new_centre("control white_matter mean")["signs"]) == {"+"}
+    assert "it lifts the controls' white matter, +1.8 (0.9 to 2.8), on all 5 seeds" in methods
+    assert not any(lifts(new_centre(s)) for s in ("other intra_axial_csf p10", "spina_bifida cerebellum p10"))
+    assert "alone it costs the controls' WM and lifts no minority p10" in page
+    runs = pd.read_csv(RECORDS / "decision40_24_200" / "runs.csv")
+    gils = runs[runs["arm"].isin(["DROLS", "DROLS_DRO"])]
+    unlearned = {int(s) for s, g in gils.groupby("seed") if g["all_learned_epoch"].isna().all()}
+    assert unlearned == {30, 31, 32, 35}, unlearned
+    seed34 = gils[gils["seed"] == 34].set_index("arm")["all_learned_epoch"]
+    assert (seed34["DROLS"], seed34["DROLS_DRO"]) == (121, 99)
+    assert "On 4 of 5 seeds neither `nnUNetTrainerDROLS` nor `nnUNetTrainerDROLS_DRO` learned" in methods
+    assert "left deep grey matter and brainstem unlearned (pseudo-Dice 0) for 200 epochs on 4 of 5 seeds" in page
 
 
 def test_readme_stays_at_nnunets_size():

@@ -296,16 +296,18 @@ def test_gils_claims_hold_by_their_rules(stored, stored_new_centre):
     learned = SCRIPT.DECISION["record"]
     methods = " ".join(METHODS.read_text().split())
     page = " ".join(EVIDENCE.read_text().split())
-    ls, ls_dro = (lambda s, table=stored: row(table, learned, "DROLS", s)), (lambda s: row(stored, learned, "DROLS_DRO", s))
-    assert ls("other intra_axial_csf p10")["seeds"] == ls_dro("other intra_axial_csf p10")["seeds"] == 5
+    def gain(method: str, statistic: str, table: pd.DataFrame = stored) -> pd.Series:
+        return row(table, learned, method, statistic)
+
+    assert gain("DROLS", "other intra_axial_csf p10")["seeds"] == gain("DROLS_DRO", "other intra_axial_csf p10")["seeds"] == 5
     assert "on 5 of its 8 counting seeds (30-32, 34, 35: partial)" in methods
-    assert not_shown(ls("other intra_axial_csf p10")) and not_shown(ls("spina_bifida cerebellum p10"))
-    assert costs(ls("control white_matter mean")) and "it costs the controls' white matter" in methods
-    assert costs(ls_dro("spina_bifida cerebellum p10")) and "costs the spina bifida cerebellum p10, -27.9" in methods
-    new_centre = lambda s: row(stored_new_centre, learned, "DROLS", s)
-    assert lifts(new_centre("control white_matter mean")) and set(new_centre("control white_matter mean")["signs"]) == {"+"}
+    assert not_shown(gain("DROLS", "other intra_axial_csf p10")) and not_shown(gain("DROLS", "spina_bifida cerebellum p10"))
+    assert costs(gain("DROLS", "control white_matter mean")) and "it costs the controls' white matter" in methods
+    assert costs(gain("DROLS_DRO", "spina_bifida cerebellum p10")) and "costs the spina bifida cerebellum p10, -27.9" in methods
+    white_matter = gain("DROLS", "control white_matter mean", stored_new_centre)
+    assert lifts(white_matter) and set(white_matter["signs"]) == {"+"}
     assert "it lifts the controls' white matter, +1.8 (0.9 to 2.8), on all 5 seeds" in methods
-    assert not any(lifts(new_centre(s)) for s in ("other intra_axial_csf p10", "spina_bifida cerebellum p10"))
+    assert not any(lifts(gain("DROLS", s, stored_new_centre)) for s in ("other intra_axial_csf p10", "spina_bifida cerebellum p10"))
     assert "alone it costs the controls' WM and lifts no minority p10" in page
     runs = pd.read_csv(RECORDS / "decision40_24_200" / "runs.csv")
     gils = runs[runs["arm"].isin(["DROLS", "DROLS_DRO"])]

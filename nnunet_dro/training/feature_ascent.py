@@ -47,6 +47,8 @@ class GILSSettings:
     - ``alpha``: label smoothing of the CE term, torch's convention (target ``1 - alpha + alpha/k``);
       the Dice term is not smoothed.
     - ``clean_weight``: weight of the loss at the clean features in the step (0: perturbed only).
+    - ``ascent_dice``: whether the ascent's loss adds nnU-Net's Dice term to the smoothed CE (True)
+      or is the smoothed CE alone, the paper's loss (False); the step's loss keeps the Dice either way.
 
     >>> from dataclasses import replace
     >>> replace(GILSSettings(), steps=1).steps
@@ -62,6 +64,7 @@ class GILSSettings:
     gamma: float = 1e-3
     alpha: float = 0.1
     clean_weight: float = 0.5
+    ascent_dice: bool = True
 
     def __post_init__(self) -> None:
         def fail(name: str, expected: str) -> None:
@@ -79,6 +82,8 @@ class GILSSettings:
             fail("alpha", "0 <= alpha < 1")
         if not (number(self.clean_weight) and 0 <= self.clean_weight <= 1):
             fail("clean_weight", "a weight in [0, 1]")
+        if not isinstance(self.ascent_dice, bool):
+            fail("ascent_dice", "True or False")
 
 
 def penalised_objective(z: torch.Tensor, z0: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor],

@@ -10,7 +10,8 @@ Per iteration (docs/methods.md#dro-with-label-smoothing-gi-ls):
 2. The inner stage, per scale with a non-zero deep-supervision weight: ``steps`` gradient-ascent
    steps of size ``step_size`` on the detached ``z0`` through that head alone
    (:func:`~nnunet_dro.training.feature_ascent.ascend_features`, float32, per voxel), on the
-   per-sample loss with label-smoothed CE (``alpha``) plus nnU-Net's unsmoothed Dice.
+   per-sample loss with label-smoothed CE (``alpha``) plus nnU-Net's unsmoothed Dice
+   (``ascent_dice``; the smoothed CE alone, the paper's loss, in ``nnUNetTrainerDROLS_ceAscent``).
 3. The outer stage: the same loss at the perturbed features ``head(z0 + delta)`` (the gradient reaches
    the body through ``z0`` and the head through its weights), averaged with the loss at the clean
    features with weight ``clean_weight`` (the paper trains on both), with nnU-Net's
@@ -77,7 +78,8 @@ class FeaturePerturbation:
         g = self.gils_settings
         self.print_to_log_file(
             f"GI-LS: {g.steps} ascent step(s) of size {g.step_size:g} on the features entering the "
-            f"segmentation heads, gamma {g.gamma:g}, CE label smoothing {g.alpha:g} (Dice unsmoothed), "
+            f"segmentation heads on the {'smoothed CE + Dice' if g.ascent_dice else 'smoothed CE alone'}, "
+            f"gamma {g.gamma:g}, CE label smoothing {g.alpha:g} (Dice unsmoothed), "
             f"clean-feature loss weight {g.clean_weight:g}; torch.compile off")
 
     def _do_i_compile(self):
@@ -92,8 +94,19 @@ class FeaturePerturbation:
             raise RuntimeError(f"{type(self).__name__}: GI-LS smooths the softmax cross-entropy of label maps; this "
                                f"configuration trains regions with sigmoid BCE ({type(inner).__name__}), which it "
                                f"does not support")
-        inner.label_smoothing = float(self.gils_settings.alpha)
-        self._gils_scale_loss = inner
+        g = self.gils_settings
+        inner.label_smoothing = float(g.alpha)
+        if g.ascent_dice:
+            self._gils_ascent_loss = inner
+        elif inner.weight_ce == 0:
+            raise RuntimeError(f"{type(self).__name__}: gils_settings.ascent_dice is False (the ascent on the CE "
+                               f"alone) but this loss has no CE term (weight_ce 0): the ascent would not move")
+        else:
+            # the paper's ascent: the smoothed CE alone (a voxel's gradient is its own, about 1 / voxels,
+            # where the Dice term gives a voxel of a structure of |S| voxels about 1 / |S|)
+            self._gils_ascent_loss = PerSampleDCandCELoss(
+                inner.dc, weight_ce=inner.weight_ce, weight_dice=0.0, ignore_label=inner.ignore_label,
+                ce_weight=inner.ce_weight, label_smoothing=float(g.alpha))
         self._gils_weights = per_sample.weight_factors if deep else (1.0,)
         return per_sample
 
@@ -116,7 +129,7 @@ class FeaturePerturbation:
             if weight == 0:  # skipped by the loss, as by nnU-Net's
                 perturbed_outputs.append(out)
                 continue
-            delta = ascend_features(z0, head, lambda o, t=tgt: self._gils_scale_loss(o, t), g.steps,
+            delta = ascend_features(z0, head, lambda o, t=tgt: self._gils_ascent_loss(o, t), g.steps,
                                     g.step_size, g.gamma, scale=float(z0[0, 0].numel()))
             if shift is None:  # the finest scale, for the log
                 shift = delta.flatten(1).norm(dim=1) / z0.detach().float().flatten(1).norm(dim=1).clamp_min(1e-12)

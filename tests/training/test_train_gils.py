@@ -170,6 +170,48 @@ def test_zero_steps_and_clean_weight_give_the_smoothed_loss_at_the_clean_feature
         assert torch.allclose(got, expected, atol=1e-6)
 
 
+def test_ce_ascent_moves_the_features_by_the_smoothed_ce_alone():
+    """``ascent_dice=False``: the ascent's loss is the smoothed CE of each sample (the paper's loss);
+    the step's loss at the perturbed features keeps nnU-Net's Dice."""
+    net, loss = _network_and_loss()
+    x, ys = _batch()
+    ce_step, both_step = _Step(net, loss, ascent_dice=False), _Step(net, loss)
+    out = net(x)[0]
+    expected = F.cross_entropy(out, ys[0][:, 0], label_smoothing=0.1, reduction="none").flatten(1).mean(1)
+    assert torch.allclose(ce_step.t._gils_ascent_loss(out, ys[0]), expected, atol=1e-6)
+    assert both_step.t._gils_ascent_loss is both_step.t.per_sample_loss.loss  # CE + Dice
+    assert ce_step.t.per_sample_loss.loss.weight_dice == 1  # the step's loss is nnU-Net's, smoothed
+    # one step of the whole trainer step moves z0 by step_size * voxels * d CE / d z
+    from nnunet_dro.training.nnunet_compat import captured_head_inputs
+    with captured_head_inputs(net) as captured:
+        net(x)
+    head, z0 = captured[0]
+    z = z0.detach().float().requires_grad_(True)
+    (grad,) = torch.autograd.grad(F.cross_entropy(head(z), ys[0][:, 0], label_smoothing=0.1,
+                                                  reduction="none").flatten(1).mean(1).sum(), z)
+    delta = ascend_features(z0, head, lambda o: ce_step.t._gils_ascent_loss(o, ys[0]), 1, 1.5, 1e-3,
+                            scale=float(z0[0, 0].numel()))
+    assert torch.allclose(delta, 1.5 * z0[0, 0].numel() * grad, rtol=1e-4, atol=1e-6)
+    step = _Step(net, loss, ascent_dice=False, clean_weight=0.0, steps=3)
+    per_sample = step.t._forward_per_sample(x, ys)
+    with torch.no_grad():
+        assert per_sample.shape == (2,) and torch.all(per_sample > step.t.per_sample_loss(net(x), ys))
+
+
+def test_ce_ascent_without_a_ce_term_is_refused_clearly():
+    from nnunetv2.training.loss.compound_losses import DC_and_CE_loss
+    from nnunetv2.training.loss.dice import MemoryEfficientSoftDiceLoss
+    from nnunetv2.utilities.helpers import softmax_helper_dim1
+
+    net, _ = _network_and_loss(deep_supervision=False)
+    dice_only = DC_and_CE_loss({"batch_dice": False, "smooth": 1e-5, "do_bg": False, "ddp": False}, {},
+                               weight_ce=0, weight_dice=1, dice_class=MemoryEfficientSoftDiceLoss)
+    dice_only.dc.apply_nonlin = softmax_helper_dim1
+    with pytest.raises(RuntimeError, match="no CE term"):
+        _Step(net, dice_only, ascent_dice=False)
+    _Step(net, dice_only)  # the ascent on CE + Dice still has the Dice
+
+
 def test_step_without_deep_supervision():
     net, loss = _network_and_loss(deep_supervision=False)
     x, ys = _batch()
@@ -195,15 +237,19 @@ def test_trainers_attributes_defaults_and_variants():
 
     base = training.nnUNetTrainerDROLS
     g = base.gils_settings
-    assert (g.steps, g.step_size, g.gamma, g.alpha, g.clean_weight) == (6, 1.5, 1e-3, 0.1, 0.5)
+    assert (g.steps, g.step_size, g.gamma, g.alpha, g.clean_weight, g.ascent_dice) == (6, 1.5, 1e-3, 0.1, 0.5, True)
     assert training.nnUNetTrainerDROLS_T1.gils_settings.steps == 1
-    _check_keeps_nnunet_signature_and_sets_only_attributes(training.nnUNetTrainerDROLS_T1, "nnUNetTrainerDROLS")
+    assert training.nnUNetTrainerDROLS_ceAscent.gils_settings == replace(g, ascent_dice=False)
+    for variant in (training.nnUNetTrainerDROLS_T1, training.nnUNetTrainerDROLS_ceAscent):
+        _check_keeps_nnunet_signature_and_sets_only_attributes(variant, "nnUNetTrainerDROLS")
+    with pytest.raises(ValueError, match="ascent_dice"):
+        replace(g, ascent_dice=1)
     combo = training.nnUNetTrainerDROLS_DRO
     assert issubclass(combo, training.nnUNetTrainerDROAdaptive) and combo.gils_settings.steps == 6
     _check_keeps_nnunet_signature_and_sets_only_attributes(combo, "nnUNetTrainerDROLS")
     from nnunet_dro.lab.budget import BUDGET_TRAINERS
 
-    for name in ("nnUNetTrainerDROLS", "nnUNetTrainerDROLS_T1", "nnUNetTrainerDROLS_DRO"):
+    for name in ("nnUNetTrainerDROLS", "nnUNetTrainerDROLS_T1", "nnUNetTrainerDROLS_ceAscent", "nnUNetTrainerDROLS_DRO"):
         assert name in training.__all__ and name + "_CPUBudget" not in training.__all__
         assert name + "_CPUBudget" in BUDGET_TRAINERS  # the lab's twin, found through its own folder
 

@@ -82,6 +82,7 @@ LABELS = {
     "DROAdaptive_f25_ermPhase": "candidate `nnUNetTrainerDROAdaptive_f25_ermPhase`",
     "DROLS": "GI-LS `nnUNetTrainerDROLS`",
     "DROLS_DRO": "GI-LS with the default's sampling `nnUNetTrainerDROLS_DRO`",
+    "DROLS_ceAscent": "GI-LS, ascent on the CE alone `nnUNetTrainerDROLS_ceAscent`",
 }
 #: how the docs name a record's table at the new centre (``--cases shifted_test``)
 NEW_CENTRE_SUFFIX = "_new_centre"

@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from nnunet_dro.lab.regime import ARMS, BASELINE, LATER_ARMS, Scheduler, job_list, finished, pinned_runner, report_command
+from nnunet_dro.lab.regime import (ARMS, BASELINE, LATER_ARMS, Scheduler, job_list, finished, pinned_runner,
+                                   report_arms, report_command)
 
 RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record" / "decision40_24_200"
 
@@ -59,14 +60,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label}: " + ", ".join(f"seed {j.seed} {j.arm}" for j in jobs_))
         if scheduler.failed:
             return 1
-    # the tables cover every recorded seed, not only this batch's: a batch of later seeds would
-    # otherwise replace the record's tables with its own few
+    # the tables cover every recorded seed and arm, not only this batch's: a batch of later seeds
+    # or of a few arms would otherwise replace the record's tables with its own few
     done = sorted({int(p.name.split("_")[1]) for p in (record / "runs").glob("seed_*")}) \
         if (record / "runs").is_dir() else []
     if not done:
         print(f"no recorded seed in {record}")
         return 1
-    return subprocess.run(report_command(done, arms + [a for a in later if a not in arms], record)).returncode
+    return subprocess.run(report_command(done, report_arms(record, arms + later), record)).returncode
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ ARMS = ("ERM", "ERM_repeat", "DROAdaptive", "DROAdaptive_fromStart", "JTT", "Dic
         "DROAdaptive_f25_ermPhase")
 #: GI-LS (feature-map DRO with label smoothing) alone and with the default's sampling: queued after
 #: every seed's :data:`ARMS`, so that a batch cut short by its deadline has whole seeds of those
-LATER_ARMS = ("DROLS", "DROLS_DRO")
+LATER_ARMS = ("DROLS", "DROLS_DRO", "DROLS_ceAscent")
 BASELINE = "ERM"
 BENCHMARK = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_robustness.py"
 
@@ -75,6 +75,16 @@ def benchmark_command(job: Job, output: Path, record: Path | None, regime: dict 
     if record is not None:
         command += ["--export-record", str(record)]
     return command
+
+
+def report_arms(record: Path, batch_arms: Sequence[str]) -> list[str]:
+    """The arms the record's tables cover: every arm with a recorded run on some seed, and the
+    batch's, in the regime's order (:data:`ARMS`, :data:`LATER_ARMS`, then the others by name): a
+    batch of a few arms would otherwise replace the record's tables with its own few."""
+    held = {path.parent.name for path in Path(record).glob("runs/seed_*/arms/*/result.json")}
+    wanted = held | set(batch_arms)
+    order = [*ARMS, *LATER_ARMS]
+    return [arm for arm in order if arm in wanted] + sorted(wanted - set(order))
 
 
 def report_command(seeds: Sequence[int], arms: Sequence[str], record: Path, regime: dict = REGIME,

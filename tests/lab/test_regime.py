@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from nnunet_dro.lab.pipeline import Cohort, Workspace
-from nnunet_dro.lab.regime import REGIME, Job, Scheduler, benchmark_command, report_command
+from nnunet_dro.lab.regime import REGIME, Job, Scheduler, benchmark_command, report_arms, report_command
 
 
 class Recorder:
@@ -141,3 +141,16 @@ def test_two_processes_on_one_seed_score_the_shared_erm_network_once(tmp_path: P
     assert [p.exitcode for p in processes] == [0, 0]
     assert (tmp_path / "scorings.log").read_text().split() == ["start", "end"]
     assert pd.read_csv(ws.arm_folder("ERM") / "per_case_shifted_test.csv")["dice"].tolist() == [0.9]
+
+
+def test_the_report_covers_every_recorded_arm_not_only_the_batchs(tmp_path: Path):
+    """A batch of one later arm re-makes the record's tables over every arm the record holds (the
+    batch of December 6 replaced them with its own three until this was fixed)."""
+    for seed, arm in ((30, "ERM"), (30, "JTT"), (31, "ERM"), (31, "DROLS"), (31, "Custom_b"), (31, "Custom_a")):
+        folder = tmp_path / "runs" / f"seed_{seed}" / "arms" / arm
+        folder.mkdir(parents=True)
+        (folder / "result.json").write_text("{}")
+    (tmp_path / "runs" / "seed_31" / "arms" / "Unfinished").mkdir()  # no result: not a recorded run
+    assert report_arms(tmp_path, ["ERM", "DROLS_ceAscent"]) == ["ERM", "JTT", "DROLS", "DROLS_ceAscent",
+                                                                 "Custom_a", "Custom_b"]
+    assert report_arms(tmp_path / "empty", ["ERM"]) == ["ERM"]

@@ -31,8 +31,9 @@ REGIME = {"--n-train": 40, "--n-test": 30, "--size": 24, "--epochs": 200, "--lar
 #: the arms compared, ERM twice (``ERM_repeat``: the noise floor)
 ARMS = ("ERM", "ERM_repeat", "DROAdaptive", "DROAdaptive_fromStart", "JTT", "DiceTopK10",
         "DROAdaptive_f25_ermPhase")
-#: GI-LS (feature-map DRO with label smoothing) alone and with the default's sampling: queued after
-#: every seed's :data:`ARMS`, so that a batch cut short by its deadline has whole seeds of those
+#: GI-LS (feature-map DRO with label smoothing) alone, with the default's sampling and with the
+#: ascent on the CE alone: queued after every seed's :data:`ARMS`, so that a batch cut short by its
+#: deadline has whole seeds of those
 LATER_ARMS = ("DROLS", "DROLS_DRO", "DROLS_ceAscent")
 BASELINE = "ERM"
 BENCHMARK = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_robustness.py"

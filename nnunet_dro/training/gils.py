@@ -102,8 +102,8 @@ class FeaturePerturbation:
             raise RuntimeError(f"{type(self).__name__}: gils_settings.ascent_dice is False (the ascent on the CE "
                                f"alone) but this loss has no CE term (weight_ce 0): the ascent would not move")
         else:
-            # the paper's ascent: the smoothed CE alone (a voxel's gradient is its own, about 1 / voxels,
-            # where the Dice term gives a voxel of a structure of |S| voxels about 1 / |S|)
+            # the paper's ascent: the smoothed CE alone, so each voxel is moved by its own loss and not by
+            # the Dice ratio over the patch (what that changes: docs/methods.md, GI-LS)
             self._gils_ascent_loss = PerSampleDCandCELoss(
                 inner.dc, weight_ce=inner.weight_ce, weight_dice=0.0, ignore_label=inner.ignore_label,
                 ce_weight=inner.ce_weight, label_smoothing=float(g.alpha))

@@ -802,20 +802,24 @@ def test_a_folder_holding_one_cohort_refuses_another(bench, shared_run, capsys):
 
 def _check_jtt_arm(seed: Path, record: Path, printed: str, n_train: int = 10) -> None:
     """Just Train Twice's two stages: the ERM network scored on its own training cases, its worst
-    fifth by worst-region Dice up-weighted, a second training in its own folder reading that table,
-    and the table kept in the record."""
+    fifth by mean region Dice (the rule ``shared_run`` sets) up-weighted with every case tied at the
+    boundary, a second training in its own folder reading that table, and the table kept in the record."""
     from nnunet_dro.lab.pipeline import JTT_SETTINGS
+    from nnunet_dro.workflows.jtt import TIE_TOLERANCE
 
     fit = pd.read_csv(seed / "arms" / "ERM" / "per_case_training.csv", dtype={"case": str})
-    worst = fit.dropna(subset=["value"]).groupby("case")["value"].min()
-    assert len(worst) == n_train
+    score = fit.dropna(subset=["value"]).groupby("case")["value"].mean()
+    assert len(score) == n_train
     table_file = seed / "arms" / "JTT" / "case_weights.tsv"
     table = pd.read_csv(table_file, sep="\t", dtype={"case": str})
-    assert sorted(table["case"]) == sorted(worst.index)
+    assert sorted(table["case"]) == sorted(score.index)
     chosen = set(table.loc[table["weight"] == JTT_SETTINGS["upweight"], "case"])
-    assert len(chosen) == int(np.ceil(JTT_SETTINGS["fraction"] * n_train))
+    # the fifth asked for, and every case tied with the last of it (nnunet_dro.workflows.jtt: after an
+    # epoch of two iterations several cases can share a mean Dice of 0)
+    asked = int(np.ceil(JTT_SETTINGS["fraction"] * n_train))
+    boundary = score.sort_values().iloc[asked - 1]
+    assert chosen == set(score.index[score <= boundary + TIE_TOLERANCE]) and len(chosen) >= asked
     assert set(table["weight"]) == {1.0, JTT_SETTINGS["upweight"]}
-    assert max(worst[c] for c in chosen) <= min(worst[c] for c in set(worst.index) - chosen)
     assert "error set of the ERM network on its training cases" in printed
     result = json.loads((seed / "arms" / "JTT" / "result.json").read_text())
     assert (result["trainer"], result["plans"]) == ("nnUNetTrainerCaseWeights_CPUBudget", "nnUNetPlans_JTT")

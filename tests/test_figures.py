@@ -377,3 +377,34 @@ def test_evidence_gpu_table_is_the_recorded_gpu_check():
         assert cells["ratio of medians"] == f"{entry['ratio_of_medians']:.3f}", name
         assert cells["epoch end, per 250 iterations"] == \
             f"+{1e3 * entry['epoch_end_seconds']:.0f} ms ({entry['epoch_end_ratio_250_iterations']:.3f} x)", name
+
+
+def test_issue_78_rule_on_the_decision_regime_is_a_secondary_reading(stored, capsys):
+    """Issue 78's rule (nnunet_dro.lab.decision_rule) on the decision regime's 8 counting seeds, which
+    had been read before it was written: no single-training arm is eligible (each lowers a control
+    mean's lower bound below -1; the default's primary gain also fails Holm), the default stays, and
+    JTT's paired lead over the default holds 0. The same with the GI-LS arms in Holm's family. The
+    paired gains the rule reads are the stored table's, seed by seed."""
+    verdict, rule = SCRIPT.rule_verdict()
+    arms = verdict.arms.set_index("method")
+    assert verdict.default == "DROAdaptive" and verdict.nothing_shown and not verdict.jtt_recommended
+    assert not arms["eligible"].any() and not arms["controls_noninferior"].any()
+    assert set(arms.index[arms["primary_above_0"]]) == {"JTT", "DROAdaptive_f25_ermPhase"}
+    assert tuple(round(x, 1) for x in verdict.jtt_minus_default[:3]) == (5.6, -2.8, 13.9)
+    assert verdict.jtt_minus_default[3] == 8
+    everything = tuple(sorted(set(SCRIPT.record_gains("decision40_24_200")["method"])))
+    wide, _ = SCRIPT.rule_verdict(arms=everything)
+    assert len(wide.arms) == 8 and wide.nothing_shown and not wide.jtt_recommended
+    gains = SCRIPT.record_gains("decision40_24_200")
+    for method in arms.index:
+        for statistic in STATISTICS:
+            per_seed = gains[(gains.method == method) & (gains.statistic == statistic)].set_index("seed")["gain"]
+            cell_row = row(stored, SCRIPT.DECISION["record"], method, statistic)
+            assert [int(s) for s in cell_row["seed_list"].split()] == per_seed.index.tolist()
+            assert cell_row["gain_per_seed"] == " ".join(f"{g:+.1f}" for g in per_seed)
+    assert SCRIPT.main(["--decision"]) == 0
+    out = capsys.readouterr().out
+    assert "a secondary reading" in out and "nothing single-training is shown to help" in out
+    assert "<= +8 needs 16 seeds" in out
+    assert SCRIPT.main(["--decision", "decision40_24_120"]) == 2
+    assert "no rule is set for record 'decision40_24_120'" in capsys.readouterr().err

@@ -108,7 +108,7 @@ def holm(p_values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     at (alpha-free: the divisor m - rank + 1) and its adjusted p-value (monotone, capped at 1).
 
     >>> ranks, divisors, adjusted = holm(np.array([0.01, 0.04, 0.03]))
-    >>> ranks.tolist(), divisors.tolist(), [round(p, 3) for p in adjusted]
+    >>> ranks.tolist(), divisors.tolist(), adjusted.round(3).tolist()
     ([1, 3, 2], [3, 1, 2], [0.03, 0.06, 0.06])
     """
     p = np.asarray(p_values, dtype=float)

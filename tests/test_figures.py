@@ -408,3 +408,20 @@ def test_issue_78_rule_on_the_decision_regime_is_a_secondary_reading(stored, cap
     assert "<= +8 needs 16 seeds" in out
     assert SCRIPT.main(["--decision", "decision40_24_120"]) == 2
     assert "no rule is set for record 'decision40_24_120'" in capsys.readouterr().err
+    # the journal's pre-registration quotes these figures (written before any converged run)
+    journal = " ".join((RECORDS / "journal.md").read_text().split())
+    holm_p = {m: round(p, 2) for m, p in arms["holm_p"].items()}
+    bounds = {m: round(b, 1) for m, b in arms["lowest_control_bound"].items()}
+    assert f"adjusted p {holm_p['DROAdaptive']}; `_f25_ermPhase` {holm_p['DROAdaptive_f25_ermPhase']} and JTT " \
+           f"{holm_p['JTT']} pass (a)" in journal
+    assert f"the default {bounds['DROAdaptive']} on the cerebellum, `_f25_ermPhase` " \
+           f"{bounds['DROAdaptive_f25_ermPhase']}, JTT {bounds['JTT']})" in journal
+    assert "JTT - default +5.6 (-2.8 to 13.9) holds 0" in journal
+    from nnunet_dro.lab.decision_rule import detectable_gain, seeds_needed
+    sd = gains[(gains.statistic == "other intra_axial_csf p10") & gains.method.isin(SCRIPT.CARRIED_ARMS)].groupby(
+        "method")["gain"].std()
+    assert [round(sd[m], 1) for m in ("DROAdaptive", "JTT", "DROAdaptive_f25_ermPhase")] == [6.6, 7.4, 8.3]
+    level = 0.05 / SCRIPT.CONVERGED_ARMS
+    assert f"+{detectable_gain(8.3, 8, level):.1f} at 8 seeds and +{detectable_gain(8.3, 10, level):.1f} at 10" in journal
+    assert seeds_needed(8.3, SCRIPT.CONVERGED_ARMS) == 16 and seeds_needed(6.6, SCRIPT.CONVERGED_ARMS) == 12
+    assert "So the design is **16 fresh seeds**" in journal and "(12 with sd 6.6)" in journal

@@ -313,6 +313,48 @@ def design_lines(gains: pd.DataFrame, primary: str, arms: int = CONVERGED_ARMS) 
             f"(+{decision_rule.detectable_gain(sd, needed, 0.05 / arms):.1f})"]
 
 
+def short_cell(table: pd.DataFrame, record: str, method: str, statistic: str, baseline: str = "ERM") -> str:
+    """``+5.7 (0.2 to 11.2)``: one stored cell, as the pages quote it."""
+    rows = table[(table["record"] == record) & (table["method"] == method) & (table["statistic"] == statistic)
+                 & (table["comparison"] == f"minus {baseline}")]
+    if len(rows) != 1:
+        raise UserError(f"evidence table: no single cell for {record} {method} {statistic} minus {baseline}")
+    r = rows.iloc[0]
+    return f"{r['mean']:+.1f} ({r['ci_seeds_low']:.1f} to {r['ci_seeds_high']:.1f})"
+
+
+#: a region as the pages write it
+REGION_WORDS = {"white_matter": "white matter", "intra_axial_csf": "intra-axial CSF", "cerebellum": "cerebellum"}
+#: where the README's bottom line sends the reader for the rule
+RULE_LINK = "docs/evidence.md#the-decision-regime-8-counting-seeds-no-arm-meets-the-rule"
+
+
+def bottom_line(table: pd.DataFrame) -> str:
+    """The README's bottom line, one sentence made from issue 78's rule on the decision regime and
+    the stored table's cells (tests/test_figures.py checks the README holds exactly this)."""
+    verdict, rule = rule_verdict()
+    record, default = DECISION["record"], verdict.default
+    arms = verdict.arms.set_index("method")
+    regime = (f"in the decision regime (40 cases, 200 epochs, {int(arms.loc[default, 'seeds'])} paired seeds, "
+              f"[read by the rule]({RULE_LINK}) after those seeds were seen)")
+    jtt = short_cell(table, record, rule.two_trainings, rule.primary, baseline=default)
+    if verdict.nothing_shown:
+        worst = arms.loc[default, "worst_control"]
+        region = "controls' " + REGION_WORDS[worst.split()[1]]
+        return ("**Bottom line:** use nnU-Net itself (ERM) unless a comparison with ERM on your own folds shows a "
+                f"rare group's worst tenth lifted at no cost to the majority: {regime} nothing single-training is "
+                "shown to help without risking the majority (the default's gain on the rare group, "
+                f"{short_cell(table, record, default, rule.primary)}, is not above 0 after Holm's adjustment, and its "
+                f"{region} mean, "
+                f"{short_cell(table, record, default, worst)}, is not shown within {rule.margin:g} point), and "
+                f"Just Train Twice is {'ahead of' if verdict.jtt_recommended else 'not shown ahead of'} the default "
+                f"({jtt}).")
+    return (f"**Bottom line:** {regime} `{default}` is the one-training choice "
+            f"({short_cell(table, record, default, rule.primary)} on the rare group's worst tenth, every control "
+            f"mean's lower bound above -{rule.margin:g}); Just Train Twice is "
+            f"{'worth its second training' if verdict.jtt_recommended else 'not shown ahead of it'} ({jtt}).")
+
+
 def cell(row: pd.Series) -> str:
     """One table cell: mean gain, its 95 % interval over seeds and the sign per seed.
 
@@ -352,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decision", nargs="?", const="decision40_24_200", metavar="RECORD",
                         help="issue 78's rule on a record's counting seeds (default: the decision regime, a "
                              "secondary reading of seeds read before the rule was written)")
+    parser.add_argument("--bottom-line", action="store_true", help="print the README's bottom line, from the rule")
     parser.add_argument("--markdown", metavar="RECORD[:BASELINE[:METHOD,...]]", help="print one record's docs table")
     parser.add_argument("--cases", choices=tuple(PER_CASE), default="large_test",
                         help="--markdown: the larger test set (default) or the new centre's cases")
@@ -375,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     tables = {cases: evidence_table(cases) for cases in PER_CASE}
     table = tables["large_test"]
+    if args.bottom_line:
+        print(bottom_line(table))
+        return 0
     if args.markdown:
         record, baseline, methods = (args.markdown.split(":") + ["", ""])[:3]
         title = record + (NEW_CENTRE_SUFFIX if args.cases == "shifted_test" else "")

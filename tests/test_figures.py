@@ -425,3 +425,26 @@ def test_issue_78_rule_on_the_decision_regime_is_a_secondary_reading(stored, cap
     assert f"+{detectable_gain(8.3, 8, level):.1f} at 8 seeds and +{detectable_gain(8.3, 10, level):.1f} at 10" in journal
     assert seeds_needed(8.3, SCRIPT.CONVERGED_ARMS) == 16 and seeds_needed(6.6, SCRIPT.CONVERGED_ARMS) == 12
     assert "So the design is **16 fresh seeds**" in journal and "(12 with sd 6.6)" in journal
+
+
+def test_readme_bottom_line_is_the_rules_and_every_pairwise_claim_has_its_paired_interval(stored, stored_new_centre):
+    """The README's bottom line is the sentence ``evidence_intervals.py --bottom-line`` makes from issue
+    78's rule and the stored cells; the claims beside it between JTT and the default name their
+    cohort and carry the paired interval, and JTT's "costs no control mean" is limited to the test
+    cases where it holds (at the new centre it costs the controls' white matter)."""
+    readme = " ".join(README.read_text().split())
+    assert SCRIPT.bottom_line(stored) in readme
+    learned = SCRIPT.DECISION["record"]
+    verdict, _ = SCRIPT.rule_verdict()
+    assert verdict.nothing_shown and "use nnU-Net itself (ERM)" in readme
+    paired = row(stored, learned, "JTT", "other intra_axial_csf p10", baseline="DROAdaptive")
+    assert not_shown(paired) and paired["seeds"] == 8
+    assert "in the decision regime (8 seeds) the two cannot be told apart (+5.6 (-2.8 to 13.9))" in readme
+    assert "on that cohort (3 seeds) Just Train Twice" in readme
+    assert "costs no control mean on those test cases (at a new centre it costs the controls' white matter, " \
+           "-1.6 (-3.0 to -0.2))" in readme
+    assert costs(row(stored_new_centre, learned, "JTT", "control white_matter mean"))
+    assert not any(costs(row(stored, learned, "JTT", c)) for c in CONTROLS)
+    default = verdict.arms.set_index("method").loc["DROAdaptive"]
+    assert not default["primary_above_0"] and default["ci_low"] > 0  # above 0 alone, not after Holm
+    assert not within(row(stored, learned, "DROAdaptive", "control cerebellum mean"), 1)

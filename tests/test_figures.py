@@ -448,3 +448,24 @@ def test_readme_bottom_line_is_the_rules_and_every_pairwise_claim_has_its_paired
     default = verdict.arms.set_index("method").loc["DROAdaptive"]
     assert not default["primary_above_0"] and default["ci_low"] > 0  # above 0 alone, not after Holm
     assert not within(row(stored, learned, "DROAdaptive", "control cerebellum mean"), 1)
+
+
+def test_evidence_decision_words_hold_by_issue_78s_rule(stored):
+    """docs/evidence.md's reading of the decision regime by issue 78's rule, and its claims between
+    an arm and the default: each with the paired interval, and "not shown" only where it holds 0."""
+    page = " ".join(EVIDENCE.read_text().split())
+    learned = SCRIPT.DECISION["record"]
+    assert "Paired with the default, no arm is shown ahead on that p10: JTT +5.6 (-2.8 to 13.9), the candidate " \
+           "+4.6 (-3.6 to 12.8)" in page
+    for method in DECISION_ARMS:
+        if method != "DROAdaptive":
+            assert not lifts(row(stored, learned, method, "other intra_axial_csf p10", baseline="DROAdaptive")), method
+    verdict, _ = SCRIPT.rule_verdict()
+    arms = verdict.arms.set_index("method")
+    assert "None is (each misses the margin; the default's cerebellum -1.6 (-3.9 to 0.8); its gain also fails Holm)" in page
+    assert not arms["controls_noninferior"].any() and not arms.loc["DROAdaptive", "primary_above_0"]
+    assert arms.loc["DROAdaptive", "worst_control"] == "control cerebellum mean"
+    assert "JTT's paired interval over it holds 0" in page and not verdict.jtt_recommended
+    assert "On this cohort (3 seeds) Just Train Twice is ahead of the default" in page
+    assert "in each of the two runs it measured: no interval, a hint, not a result" in page
+    assert "as good as" not in page  # only with a non-inferiority margin, and none is claimed

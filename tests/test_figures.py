@@ -469,3 +469,27 @@ def test_evidence_decision_words_hold_by_issue_78s_rule(stored):
     assert "On this cohort (3 seeds) Just Train Twice is ahead of the default" in page
     assert "in each of the two runs it measured: no interval, a hint, not a result" in page
     assert "as good as" not in page  # only with a non-inferiority margin, and none is claimed
+
+
+def test_choosing_robustness_words_hold_by_their_rules(stored, stored_new_centre):
+    """docs/choosing-robustness.md's corrected words (issue 78): no claim between two arms without
+    their paired interval, "within" and "ahead" only where their rule holds, and nothing claimed of
+    two-seed arms."""
+    page = " ".join((ROOT / "docs" / "choosing-robustness.md").read_text().split())
+    learned = SCRIPT.DECISION["record"]
+    for phrase in ("within about a point", "lifted by one arm only", "at a small cost to the majority",
+                   "with a higher point estimate than the default's"):
+        assert phrase not in page, phrase
+    assert "JTT +5.6 (-2.8 to 13.9), `_f25_ermPhase` +4.6 (-3.6 to 12.8)" in page
+    for method in ("JTT", "DROAdaptive_f25_ermPhase"):
+        assert not_shown(row(stored, learned, method, "other intra_axial_csf p10", baseline="DROAdaptive"))
+    assert "it lowered the controls' white matter, -1.6 (-3.0 to -0.2)" in page
+    assert costs(row(stored_new_centre, learned, "JTT", "control white_matter mean"))
+    f25 = row(stored, learned, "DROAdaptive_f25_ermPhase", "spina_bifida cerebellum p10")
+    jtt = row(stored, learned, "JTT", "spina_bifida cerebellum p10")
+    assert lifts(f25) and set(f25["signs"]) == {"+"} and not_shown(jtt)
+    assert f"(+{f25['mean']:.1f}, higher on all 8 seeds); JTT's point estimate is about the same " \
+           f"(+{jtt['mean']:.1f}) with an interval that holds 0" in page
+    balanced = row(stored, "robustness177_240", "GroupBalanced", "other intra_axial_csf p10")
+    assert balanced["seeds"] == 2 and "was run on two seeds of the 177-case cohort only" in page
+    assert "the bottom line** (the README's): use nnU-Net itself (ERM)" in page.replace("The bottom", "the bottom")

@@ -7,6 +7,7 @@ Usage (reads only data_docs/benchmark_record/, trains nothing; a few seconds)::
     python scripts/evidence_intervals.py            # rewrites data_docs/benchmark_record/evidence_intervals.csv
     python scripts/evidence_intervals.py --check    # exit 1 if the stored table is not what the record gives
     python scripts/evidence_intervals.py --markdown decision40_24_200 --cases shifted_test   # at the new centre
+    python scripts/evidence_intervals.py --decision   # issue 78's rule on the decision regime's counting seeds
 
 Per record, seed and run, five statistics of the Dice (in percent) on the larger test set (100
 further test cases per group): the spina bifida cerebellum p10, the "other" intra-axial CSF p10
@@ -41,7 +42,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.runs import t_interval
+from nnunet_dro.lab import decision_rule
 from nnunet_dro.lab.pipeline import majority_learned
 
 RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
@@ -209,11 +212,15 @@ def evidence_table(cases: str = "large_test") -> pd.DataFrame:
             kept = learned_seeds(pd.read_csv(RECORD / record / "runs.csv"))
             rows.extend({**row, "record": LEARNED_ONLY[record], "cohort": RECORDS[LEARNED_ONLY[record]]}
                         for row in gains_over_seeds(runs[runs["seed"].isin(kept)], record))
+            if record in AGAINST_DEFAULT:  # the paired interval a claim between an arm and the default needs
+                rows.extend({**row, "record": LEARNED_ONLY[record], "cohort": RECORDS[LEARNED_ONLY[record]]}
+                            for row in gains_over_seeds(runs[runs["seed"].isin(kept)], record, baseline="DROAdaptive"))
     return pd.DataFrame(rows)
 
 
 def decision(table: pd.DataFrame, rule: dict = DECISION) -> pd.DataFrame:
-    """The decision rule, per candidate: its gain over ERM on ``rule["statistic"]`` has a 95 %
+    """The December 5 rule (superseded by issue 78's, :func:`rule_verdict`; kept because the record's
+    first reading was made by it), per candidate: its gain over ERM on ``rule["statistic"]`` has a 95 %
     interval over at least ``rule["seeds"]`` seeds above 0 and above every other candidate's point
     estimate, and each control region's mean gain has its interval inside +-``rule["controls"]``.
     A candidate that meets all of it may become the default; the table says which part fails.
@@ -244,6 +251,108 @@ def decision(table: pd.DataFrame, rule: dict = DECISION) -> pd.DataFrame:
                      "ci_seeds_low": r["ci_seeds_low"], "ci_seeds_high": r["ci_seeds_high"], **checks,
                      "meets_rule": all(checks.values())})
     return pd.DataFrame(rows)
+
+
+#: issue 78's rule (nnunet_dro.lab.decision_rule), per record it is applied to: the arms compared
+#: (Holm's family), which of them are one training, the default now. On decision40_24_200 it is a
+#: secondary reading: those seeds had been read before the rule was written. The family is the five
+#: arms the December 5 rule compared (the GI-LS arms were queued after it; with them the verdict is
+#: the same, tests/test_figures.py).
+RULES = {
+    "decision40_24_200": (("DROAdaptive", "DROAdaptive_f25_ermPhase", "DROAdaptive_fromStart", "DiceTopK10", "JTT"),
+                          decision_rule.Rule(primary="other intra_axial_csf p10", controls=CONTROLS,
+                                             single_training=("DROAdaptive", "DROAdaptive_f25_ermPhase",
+                                                              "DROAdaptive_fromStart", "DiceTopK10"),
+                                             current_default="DROAdaptive")),
+}
+#: the arms of the converged regime's decision (journal, pre-registration of December 6): the default,
+#: `_f25_ermPhase`, JTT, issue 79's trainer and its refresh variant; the design's seeds are computed
+#: for this family, from the spread of the arms the record already holds of it
+CONVERGED_ARMS = 5
+CARRIED_ARMS = ("DROAdaptive", "DROAdaptive_f25_ermPhase", "JTT")
+
+
+def seed_gains(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per method, seed and statistic: the method's value (mean over its runs on the seed) minus
+    ERM's (mean over ERM's runs on the seed): the paired gains the decision rule reads."""
+    by_seed = runs.groupby(["method", "seed", "statistic"])["value"].mean().reset_index()
+    erm = by_seed[by_seed["method"] == "ERM"].set_index(["seed", "statistic"])["value"]
+    arms = by_seed[(by_seed["method"] != "ERM")
+                   & pd.MultiIndex.from_frame(by_seed[["seed", "statistic"]]).isin(erm.index)].copy()
+    arms["gain"] = [value - erm[(seed, name)] for seed, name, value in
+                    zip(arms["seed"], arms["statistic"], arms["value"])]
+    return arms[["method", "seed", "statistic", "gain"]].reset_index(drop=True)
+
+
+def record_gains(record: str) -> pd.DataFrame:
+    """A record's paired gains on the larger test set, over the seeds on which ERM learned the majority."""
+    runs = per_run_statistics(pd.read_csv(RECORD / record / PER_CASE["large_test"]))
+    kept = learned_seeds(pd.read_csv(RECORD / record / "runs.csv"))
+    return seed_gains(runs[runs["seed"].isin(kept)])
+
+
+def rule_verdict(record: str = "decision40_24_200",
+                 arms: tuple[str, ...] | None = None) -> tuple[decision_rule.Verdict, decision_rule.Rule]:
+    """Issue 78's rule on a record (its counting seeds; ``arms`` replaces the record's family)."""
+    if record not in RULES:
+        raise UserError(f"--decision: no rule is set for record {record!r} (known: {', '.join(RULES)})")
+    family, rule = RULES[record]
+    gains = record_gains(record)
+    return decision_rule.decide(gains[gains["method"].isin(arms or family)], rule), rule
+
+
+def design_lines(gains: pd.DataFrame, primary: str, arms: int = CONVERGED_ARMS) -> list[str]:
+    """The design's detectable gain from the spread of per-seed primary gains (the largest over the
+    arms), at Holm's strictest level for ``arms`` arms, and the seeds the rule asks for."""
+    spread = gains[gains["statistic"] == primary].groupby("method")["gain"].std(ddof=1)
+    sd, seeds = float(spread.max()), int(gains["seed"].nunique())
+    needed = decision_rule.seeds_needed(sd, arms)
+    return [f"per-seed sd of the primary gain: {spread.min():.1f} to {sd:.1f} (largest: {spread.idxmax()})",
+            f"detectable with 80 % power at alpha 0.05 / {arms}: +{decision_rule.detectable_gain(sd, seeds, 0.05 / arms):.1f} "
+            f"at {seeds} seeds; <= +{decision_rule.TARGET_GAIN:.0f} needs {needed} seeds "
+            f"(+{decision_rule.detectable_gain(sd, needed, 0.05 / arms):.1f})"]
+
+
+def short_cell(table: pd.DataFrame, record: str, method: str, statistic: str, baseline: str = "ERM") -> str:
+    """``+5.7 (0.2 to 11.2)``: one stored cell, as the pages quote it."""
+    rows = table[(table["record"] == record) & (table["method"] == method) & (table["statistic"] == statistic)
+                 & (table["comparison"] == f"minus {baseline}")]
+    if len(rows) != 1:
+        raise UserError(f"evidence table: no single cell for {record} {method} {statistic} minus {baseline}")
+    r = rows.iloc[0]
+    return f"{r['mean']:+.1f} ({r['ci_seeds_low']:.1f} to {r['ci_seeds_high']:.1f})"
+
+
+#: a region as the pages write it
+REGION_WORDS = {"white_matter": "white matter", "intra_axial_csf": "intra-axial CSF", "cerebellum": "cerebellum"}
+#: where the README's bottom line sends the reader for the rule
+RULE_LINK = "docs/evidence.md#the-decision-regime-8-counting-seeds-no-arm-meets-the-rule"
+
+
+def bottom_line(table: pd.DataFrame) -> str:
+    """The README's bottom line, one sentence made from issue 78's rule on the decision regime and
+    the stored table's cells (tests/test_figures.py checks the README holds exactly this)."""
+    verdict, rule = rule_verdict()
+    record, default = DECISION["record"], verdict.default
+    arms = verdict.arms.set_index("method")
+    regime = (f"in the decision regime (40 cases, 200 epochs, {int(arms.loc[default, 'seeds'])} paired seeds, "
+              f"[read by the rule]({RULE_LINK}) after those seeds were seen)")
+    jtt = short_cell(table, record, rule.two_trainings, rule.primary, baseline=default)
+    if verdict.nothing_shown:
+        worst = arms.loc[default, "worst_control"]
+        region = "controls' " + REGION_WORDS[worst.split()[1]]
+        return ("**Bottom line:** use nnU-Net itself (ERM) unless a comparison with ERM on your own folds shows a "
+                f"rare group's worst tenth lifted at no cost to the majority: {regime} nothing single-training is "
+                "shown to help without risking the majority (the default's gain on the rare group, "
+                f"{short_cell(table, record, default, rule.primary)}, is not above 0 after Holm's adjustment, and its "
+                f"{region} mean, "
+                f"{short_cell(table, record, default, worst)}, is not shown within {rule.margin:g} point), and "
+                f"Just Train Twice is {'ahead of' if verdict.jtt_recommended else 'not shown ahead of'} the default "
+                f"({jtt}).")
+    return (f"**Bottom line:** {regime} `{default}` is the one-training choice "
+            f"({short_cell(table, record, default, rule.primary)} on the rare group's worst tenth, every control "
+            f"mean's lower bound above -{rule.margin:g}); Just Train Twice is "
+            f"{'worth its second training' if verdict.jtt_recommended else 'not shown ahead of it'} ({jtt}).")
 
 
 def cell(row: pd.Series) -> str:
@@ -282,15 +391,35 @@ def markdown_table(table: pd.DataFrame, record: str, comparison: str = "ERM",
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare with the stored table, write nothing")
-    parser.add_argument("--decision", action="store_true", help="print the decision regime's rule, per candidate")
+    parser.add_argument("--decision", nargs="?", const="decision40_24_200", metavar="RECORD",
+                        help="issue 78's rule on a record's counting seeds (default: the decision regime, a "
+                             "secondary reading of seeds read before the rule was written)")
+    parser.add_argument("--bottom-line", action="store_true", help="print the README's bottom line, from the rule")
     parser.add_argument("--markdown", metavar="RECORD[:BASELINE[:METHOD,...]]", help="print one record's docs table")
     parser.add_argument("--cases", choices=tuple(PER_CASE), default="large_test",
                         help="--markdown: the larger test set (default) or the new centre's cases")
     args = parser.parse_args(argv)
+    if args.decision:  # the rule was written for the larger test set
+        try:
+            verdict, rule = rule_verdict(args.decision)
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        if args.decision == "decision40_24_200":
+            print("decision40_24_200, counting seeds: a secondary reading (these seeds were read before the rule "
+                  "was written)")
+        columns = ["method", "seeds", "gain", "ci_low", "ci_high", "holm_rank", "holm_p", "holm_low", "holm_high",
+                   "worst_control", "lowest_control_bound", "primary_above_0", "controls_noninferior", "eligible"]
+        print(verdict.arms[columns].round(2).to_string(index=False))
+        print("\n".join(verdict.lines(rule)))
+        gains = record_gains(args.decision)
+        print("design of the converged regime, from this record's spread of " + ", ".join(CARRIED_ARMS) + ":")
+        print("\n".join(design_lines(gains[gains["method"].isin(CARRIED_ARMS)], rule.primary)))
+        return 0
     tables = {cases: evidence_table(cases) for cases in PER_CASE}
     table = tables["large_test"]
-    if args.decision:  # the rule was written for the larger test set
-        print(decision(table).to_string(index=False))
+    if args.bottom_line:
+        print(bottom_line(table))
         return 0
     if args.markdown:
         record, baseline, methods = (args.markdown.split(":") + ["", ""])[:3]

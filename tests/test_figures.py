@@ -377,3 +377,119 @@ def test_evidence_gpu_table_is_the_recorded_gpu_check():
         assert cells["ratio of medians"] == f"{entry['ratio_of_medians']:.3f}", name
         assert cells["epoch end, per 250 iterations"] == \
             f"+{1e3 * entry['epoch_end_seconds']:.0f} ms ({entry['epoch_end_ratio_250_iterations']:.3f} x)", name
+
+
+def test_issue_78_rule_on_the_decision_regime_is_a_secondary_reading(stored, capsys):
+    """Issue 78's rule (nnunet_dro.lab.decision_rule) on the decision regime's 8 counting seeds, which
+    had been read before it was written: no single-training arm is eligible (each lowers a control
+    mean's lower bound below -1; the default's primary gain also fails Holm), the default stays, and
+    JTT's paired lead over the default holds 0. The same with the GI-LS arms in Holm's family. The
+    paired gains the rule reads are the stored table's, seed by seed."""
+    verdict, rule = SCRIPT.rule_verdict()
+    arms = verdict.arms.set_index("method")
+    assert verdict.default == "DROAdaptive" and verdict.nothing_shown and not verdict.jtt_recommended
+    assert not arms["eligible"].any() and not arms["controls_noninferior"].any()
+    assert set(arms.index[arms["primary_above_0"]]) == {"JTT", "DROAdaptive_f25_ermPhase"}
+    assert tuple(round(x, 1) for x in verdict.jtt_minus_default[:3]) == (5.6, -2.8, 13.9)
+    assert verdict.jtt_minus_default[3] == 8
+    everything = tuple(sorted(set(SCRIPT.record_gains("decision40_24_200")["method"])))
+    wide, _ = SCRIPT.rule_verdict(arms=everything)
+    assert len(wide.arms) == 8 and wide.nothing_shown and not wide.jtt_recommended
+    gains = SCRIPT.record_gains("decision40_24_200")
+    for method in arms.index:
+        for statistic in STATISTICS:
+            per_seed = gains[(gains.method == method) & (gains.statistic == statistic)].set_index("seed")["gain"]
+            cell_row = row(stored, SCRIPT.DECISION["record"], method, statistic)
+            assert [int(s) for s in cell_row["seed_list"].split()] == per_seed.index.tolist()
+            assert cell_row["gain_per_seed"] == " ".join(f"{g:+.1f}" for g in per_seed)
+    assert SCRIPT.main(["--decision"]) == 0
+    out = capsys.readouterr().out
+    assert "a secondary reading" in out and "nothing single-training is shown to help" in out
+    assert "<= +8 needs 16 seeds" in out
+    assert SCRIPT.main(["--decision", "decision40_24_120"]) == 2
+    assert "no rule is set for record 'decision40_24_120'" in capsys.readouterr().err
+    # the journal's pre-registration quotes these figures (written before any converged run)
+    journal = " ".join((RECORDS / "journal.md").read_text().split())
+    holm_p = {m: round(p, 2) for m, p in arms["holm_p"].items()}
+    bounds = {m: round(b, 1) for m, b in arms["lowest_control_bound"].items()}
+    assert f"adjusted p {holm_p['DROAdaptive']}; `_f25_ermPhase` {holm_p['DROAdaptive_f25_ermPhase']} and JTT " \
+           f"{holm_p['JTT']} pass (a)" in journal
+    assert f"the default {bounds['DROAdaptive']} on the cerebellum, `_f25_ermPhase` " \
+           f"{bounds['DROAdaptive_f25_ermPhase']}, JTT {bounds['JTT']})" in journal
+    assert "JTT - default +5.6 (-2.8 to 13.9) holds 0" in journal
+    from nnunet_dro.lab.decision_rule import detectable_gain, seeds_needed
+    sd = gains[(gains.statistic == "other intra_axial_csf p10") & gains.method.isin(SCRIPT.CARRIED_ARMS)].groupby(
+        "method")["gain"].std()
+    assert [round(sd[m], 1) for m in ("DROAdaptive", "JTT", "DROAdaptive_f25_ermPhase")] == [6.6, 7.4, 8.3]
+    level = 0.05 / SCRIPT.CONVERGED_ARMS
+    assert f"+{detectable_gain(8.3, 8, level):.1f} at 8 seeds and +{detectable_gain(8.3, 10, level):.1f} at 10" in journal
+    assert seeds_needed(8.3, SCRIPT.CONVERGED_ARMS) == 16 and seeds_needed(6.6, SCRIPT.CONVERGED_ARMS) == 12
+    assert "So the design is **16 fresh seeds**" in journal and "(12 with sd 6.6)" in journal
+
+
+def test_readme_bottom_line_is_the_rules_and_every_pairwise_claim_has_its_paired_interval(stored, stored_new_centre):
+    """The README's bottom line is the sentence ``evidence_intervals.py --bottom-line`` makes from issue
+    78's rule and the stored cells; the claims beside it between JTT and the default name their
+    cohort and carry the paired interval, and JTT's "costs no control mean" is limited to the test
+    cases where it holds (at the new centre it costs the controls' white matter)."""
+    readme = " ".join(README.read_text().split())
+    assert SCRIPT.bottom_line(stored) in readme
+    learned = SCRIPT.DECISION["record"]
+    verdict, _ = SCRIPT.rule_verdict()
+    assert verdict.nothing_shown and "use nnU-Net itself (ERM)" in readme
+    paired = row(stored, learned, "JTT", "other intra_axial_csf p10", baseline="DROAdaptive")
+    assert not_shown(paired) and paired["seeds"] == 8
+    assert "in the decision regime (8 seeds) the two cannot be told apart (+5.6 (-2.8 to 13.9))" in readme
+    assert "on that cohort (3 seeds) Just Train Twice" in readme
+    assert "costs no control mean on those test cases (at a new centre it costs the controls' white matter, " \
+           "-1.6 (-3.0 to -0.2))" in readme
+    assert costs(row(stored_new_centre, learned, "JTT", "control white_matter mean"))
+    assert not any(costs(row(stored, learned, "JTT", c)) for c in CONTROLS)
+    default = verdict.arms.set_index("method").loc["DROAdaptive"]
+    assert not default["primary_above_0"] and default["ci_low"] > 0  # above 0 alone, not after Holm
+    assert not within(row(stored, learned, "DROAdaptive", "control cerebellum mean"), 1)
+
+
+def test_evidence_decision_words_hold_by_issue_78s_rule(stored):
+    """docs/evidence.md's reading of the decision regime by issue 78's rule, and its claims between
+    an arm and the default: each with the paired interval, and "not shown" only where it holds 0."""
+    page = " ".join(EVIDENCE.read_text().split())
+    learned = SCRIPT.DECISION["record"]
+    assert "Paired with the default, no arm is shown ahead on that p10: JTT +5.6 (-2.8 to 13.9), the candidate " \
+           "+4.6 (-3.6 to 12.8)" in page
+    for method in DECISION_ARMS:
+        if method != "DROAdaptive":
+            assert not lifts(row(stored, learned, method, "other intra_axial_csf p10", baseline="DROAdaptive")), method
+    verdict, _ = SCRIPT.rule_verdict()
+    arms = verdict.arms.set_index("method")
+    assert "None is (each misses the margin; the default's cerebellum -1.6 (-3.9 to 0.8); its gain also fails Holm)" in page
+    assert not arms["controls_noninferior"].any() and not arms.loc["DROAdaptive", "primary_above_0"]
+    assert arms.loc["DROAdaptive", "worst_control"] == "control cerebellum mean"
+    assert "JTT's paired interval over it holds 0" in page and not verdict.jtt_recommended
+    assert "On this cohort (3 seeds) Just Train Twice is ahead of the default" in page
+    assert "in each of the two runs it measured: no interval, a hint, not a result" in page
+    assert "as good as" not in page  # only with a non-inferiority margin, and none is claimed
+
+
+def test_choosing_robustness_words_hold_by_their_rules(stored, stored_new_centre):
+    """docs/choosing-robustness.md's corrected words (issue 78): no claim between two arms without
+    their paired interval, "within" and "ahead" only where their rule holds, and nothing claimed of
+    two-seed arms."""
+    page = " ".join((ROOT / "docs" / "choosing-robustness.md").read_text().split())
+    learned = SCRIPT.DECISION["record"]
+    for phrase in ("within about a point", "lifted by one arm only", "at a small cost to the majority",
+                   "with a higher point estimate than the default's"):
+        assert phrase not in page, phrase
+    assert "JTT +5.6 (-2.8 to 13.9), `_f25_ermPhase` +4.6 (-3.6 to 12.8)" in page
+    for method in ("JTT", "DROAdaptive_f25_ermPhase"):
+        assert not_shown(row(stored, learned, method, "other intra_axial_csf p10", baseline="DROAdaptive"))
+    assert "it lowered the controls' white matter, -1.6 (-3.0 to -0.2)" in page
+    assert costs(row(stored_new_centre, learned, "JTT", "control white_matter mean"))
+    f25 = row(stored, learned, "DROAdaptive_f25_ermPhase", "spina_bifida cerebellum p10")
+    jtt = row(stored, learned, "JTT", "spina_bifida cerebellum p10")
+    assert lifts(f25) and set(f25["signs"]) == {"+"} and not_shown(jtt)
+    assert f"(+{f25['mean']:.1f}, higher on all 8 seeds); JTT's point estimate is about the same " \
+           f"(+{jtt['mean']:.1f}) with an interval that holds 0" in page
+    balanced = row(stored, "robustness177_240", "GroupBalanced", "other intra_axial_csf p10")
+    assert balanced["seeds"] == 2 and "was run on two seeds of the 177-case cohort only" in page
+    assert "the bottom line** (the README's): use nnU-Net itself (ERM)" in page.replace("The bottom", "the bottom")

@@ -1,0 +1,116 @@
+"""The converged regime's exclusion test (issue 78), fixed before any of its runs: a seed counts in
+the decision only where **both** of ERM's runs on it pass, and the test reads ERM's runs only, on
+nnU-Net's validation cases only (a fold's ``validation/summary.json`` and its checkpoint's log),
+never the reported test cases and never another arm's run, so that no arm's result can decide
+which seeds count.
+
+A run passes when (i) every control region's mean Dice over the validation set's controls is at
+least ``CONVERGED_DICE`` (80: the benchmark's check that ERM learned the majority) and (ii) the
+first epoch at whose end every structure's pseudo-Dice was at least 0.2 lies in the first half of
+the schedule (``all_learned_epoch``; nnU-Net computes the pseudo-Dice on validation batches).
+The journal's pre-registration (December 6, 2026) states the same.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from nnunet_dro.errors import UserError
+from nnunet_dro.evaluation.io import load_nnunet_summary
+from nnunet_dro.evaluation.regions import PRESETS
+from nnunet_dro.lab.budget import arm_name
+from nnunet_dro.lab.pipeline import CONVERGED_DICE, GROUP_COLUMN, MAJORITY_GROUP, majority_learned
+from nnunet_dro.training.stability import all_learned_epoch
+
+#: the control regions the decision's majority statistics use (FeTA's white matter, intra-axial CSF,
+#: cerebellum), by their labels in nnU-Net's summary
+REGIONS = {region.name: frozenset(region.labels) for region in PRESETS["feta"].regions}
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """One ERM run's calibration test: the validation controls' mean Dice per region, the epoch every
+    structure was learned, the schedule's length, and why it fails (empty when it passes)."""
+
+    fold_dir: Path
+    control_means: dict[str, float]
+    learned_epoch: int | None
+    epochs: int
+    reasons: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.reasons
+
+
+def _erm_fold(fold_dir: Path) -> None:
+    """Refuse what is not an ERM run's held-out fold: the test reads ERM's runs only."""
+    trainer = fold_dir.parent.name.split("__")[0]
+    if arm_name(trainer) != "ERM":
+        raise UserError(f"{fold_dir}: the calibration test reads ERM's runs only, not {trainer}'s")
+    if fold_dir.name == "fold_all":
+        raise UserError(f"{fold_dir}: fold 'all' has no held-out validation cases; the regime trains fold 0")
+
+
+def dice_per_epoch(fold_dir: Path) -> list[list[float]]:
+    """nnU-Net's pseudo-Dice per epoch and structure, from the run's final checkpoint."""
+    import torch
+
+    checkpoint = fold_dir / "checkpoint_final.pth"
+    if not checkpoint.is_file():
+        raise UserError(f"{checkpoint}: no final checkpoint (is the ERM run finished?)")
+    logging = torch.load(str(checkpoint), map_location="cpu", weights_only=False).get("logging", {})
+    return [list(map(float, d)) for d in logging.get("dice_per_class_or_region", [])]
+
+
+def check_erm_run(fold_dir: str | Path, subgroups: pd.DataFrame, epochs: int) -> RunCheck:
+    """The calibration test on one ERM run (``fold_dir``: its ``fold_0`` folder) over a schedule of
+    ``epochs``; ``subgroups``: the cohort's subgroup table (``case``, ``condition``, ``split``)."""
+    fold_dir = Path(fold_dir)
+    _erm_fold(fold_dir)
+    summary_file = fold_dir / "validation" / "summary.json"
+    if not summary_file.is_file():
+        raise UserError(f"{summary_file}: missing (the ERM run must end with nnU-Net's own validation)")
+    per_case = load_nnunet_summary(str(summary_file))
+    table = subgroups.set_index("case")
+    unknown = sorted(set(per_case) - set(table.index))
+    if unknown:
+        raise UserError(f"{summary_file}: case {unknown[0]} is not in the subgroup table")
+    if "split" in table.columns:
+        tested = sorted(c for c in per_case if table.loc[c, "split"] == "test")
+        if tested:
+            raise UserError(f"{summary_file}: case {tested[0]} is a test case; the test reads validation cases only")
+    controls = [c for c in per_case if table.loc[c, GROUP_COLUMN] == MAJORITY_GROUP]
+    if not controls:
+        raise UserError(f"{summary_file}: no control case among the validation cases")
+    means = {}
+    for name, labels in REGIONS.items():
+        values = [per_case[c][labels].dice for c in controls if labels in per_case[c]]
+        if not values:
+            raise UserError(f"{summary_file}: no Dice of region {name} (labels {sorted(labels)})")
+        # nnU-Net writes NaN where a structure is absent from both masks: no evidence either way
+        means[name] = float(100 * np.nanmean(values)) if not all(map(math.isnan, values)) else float("nan")
+    learned = all_learned_epoch(dice_per_epoch(fold_dir))
+    reasons = []
+    if not majority_learned(means):
+        low = ", ".join(f"{r} {v:.1f}" for r, v in means.items() if not v >= CONVERGED_DICE)
+        reasons.append(f"controls' validation mean Dice below {CONVERGED_DICE:g}: {low}")
+    if learned is None:
+        reasons.append("some structure never reached a pseudo-Dice of 0.2")
+    elif learned >= epochs / 2:
+        reasons.append(f"every structure learned only at epoch {learned} of {epochs} (not in the first half)")
+    return RunCheck(fold_dir, means, learned, epochs, tuple(reasons))
+
+
+def seed_counts(erm_fold_dirs: Sequence[str | Path], subgroups: pd.DataFrame,
+                epochs: int) -> tuple[bool, list[RunCheck]]:
+    """Whether a seed counts: both of its ERM runs (``ERM`` and ``ERM_repeat``) pass."""
+    if len(erm_fold_dirs) != 2:
+        raise UserError(f"the calibration test needs a seed's two ERM runs, got {len(erm_fold_dirs)}")
+    checks = [check_erm_run(d, subgroups, epochs) for d in erm_fold_dirs]
+    return all(c.passed for c in checks), checks

@@ -68,15 +68,15 @@ TAIL_TEXT = ("pXX is the value of the worst XX % of cases by the metric's direct
              "metrics better high (dice, vs, nsd), the (100 - XX)th for metrics better low (hd95, topology "
              f"errors); {CVAR_COLUMN} is the mean of the worst ceil(n / 10) cases (integer arithmetic) by the "
              "same direction")
-#: Default NSD tolerance (mm) per -regions preset; every other region spec gets DEFAULT_NSD_TOLERANCE_MM.
-#: Two voxels at the usual resolution: FeTA's 0.5 mm reconstructions, BraTS's 1 mm.
-NSD_TOLERANCE_BY_PRESET = {"preset feta": 1.0, "preset brats": 2.0, "preset brats-nnunet": 2.0}
+#: NSD tolerance (mm) of a region spec that carries none of its own (every spec but the presets).
 DEFAULT_NSD_TOLERANCE_MM = 2.0
 
 
 def default_nsd_tolerance(spec: RegionSpec) -> float:
-    """The NSD tolerance in mm when ``--nsd-tolerance`` is not given: by preset, else 2 mm."""
-    return NSD_TOLERANCE_BY_PRESET.get(spec.source, DEFAULT_NSD_TOLERANCE_MM)
+    """The NSD tolerance in mm when ``--nsd-tolerance`` is not given: the preset's own
+    (``RegionSpec.nsd_tolerance_mm``, kept when the preset is checked against a dataset.json),
+    else 2 mm."""
+    return DEFAULT_NSD_TOLERANCE_MM if spec.nsd_tolerance_mm is None else spec.nsd_tolerance_mm
 
 
 def default_num_processes() -> int:

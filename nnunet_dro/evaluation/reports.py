@@ -156,7 +156,11 @@ def _json_default(value):
 
 def policy_line(result: EvaluationResult) -> str:
     s = result.settings
-    return f"Empty masks: {s['empty_policy_text']}. Missing predictions: {s['missing_policy_text']}."
+    # The NSD tolerance decides every NSD value: it goes wherever the policies go (terminal, table.md,
+    # table.tex), not only into summary.json.
+    tolerance = s.get("nsd_tolerance_mm")
+    nsd = f" NSD tolerance: {tolerance:g} mm." if tolerance is not None else ""
+    return f"Empty masks: {s['empty_policy_text']}. Missing predictions: {s['missing_policy_text']}.{nsd}"
 
 
 def cross_validation_lines(result: EvaluationResult) -> list[str]:

@@ -25,9 +25,9 @@ import pandas as pd
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import reports
-from nnunet_dro.evaluation.crossval import (CrossValidation, check_cases_in_reference, check_same_folds,
-                                            dataset_labels_folder, describe_non_trainer_folder, gather_validation,
-                                            is_trainer_folder)
+from nnunet_dro.evaluation.crossval import (SPLITS_FILE, CrossValidation, check_cases_in_reference,
+                                            check_same_folds, dataset_labels_folder, describe_non_trainer_folder,
+                                            gather_validation, is_trainer_folder, splits_file)
 from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
 from nnunet_dro.evaluation.disparity import disparity_table
@@ -184,6 +184,13 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
     if output is not None:
         reports.check_report_folder(output)
     reference, cross_validations, select_cases = _cross_validation_inputs(reference, predictions, options.folds)
+    for cv in cross_validations.values():
+        if options.folds is not None and splits_file(cv.folder) is None:
+            # Without nnU-Net's splits nothing says which cases a fold validates: a fold still being
+            # written would be scored on the cases it has so far.
+            warn(f"note: {cv.name}: no {SPLITS_FILE} in the trainer folder or $nnUNet_preprocessed/"
+                 f"{cv.folder.resolve().parent.name}, so nothing tells whether fold(s) {', '.join(map(str, cv.folds))} "
+                 f"hold every case they validate; {cv.describe()}")
     inputs = check_inputs(reference, list(predictions), output, options.with_overrides(echo=warn),
                           select_cases=select_cases)
     metrics, percentiles, spec = inputs.metrics, inputs.percentiles, inputs.spec
@@ -283,6 +290,7 @@ def _load_method(name: str, path: str, metrics: Sequence[str], file_ending: str 
 def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: str, warn) -> dict:
     report = {"reference_cases": len(ref_files), "methods": {}}
     errors = []
+    offer_missing = False  # --missing is offered for prediction folders only
     for m in methods:
         absent = sorted(set(ref_files) - m.cases)
         extra = sorted(m.cases - set(ref_files))
@@ -298,8 +306,13 @@ def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: s
         if not absent:
             continue
         if missing == "error":
-            where = (f" in the validation of fold {', '.join(map(str, m.cross_validation.folds))} (evaluate these "
-                     f"folds' cases only with --folds)" if m.cross_validation is not None else "")
+            # A trainer folder lacking validation predictions has a fold not (fully) written:
+            # --missing worst would score each unwritten case at Dice 0, and --folds would drop
+            # them as if the fold were complete, so neither is offered for it.
+            where = (f" in the validation of fold {', '.join(map(str, m.cross_validation.folds))} (is every fold "
+                     f"finished? a fold's validation is written at the end of its training)"
+                     if m.cross_validation is not None else "")
+            offer_missing = offer_missing or m.cross_validation is None
             errors.append(f"{m.name} has no prediction for {len(absent)} case(s){where}: {_short_list(absent)}")
         elif missing == "worst":
             warn(f"note: {m.name}: {len(absent)} missing prediction(s) scored worst (--missing worst): "
@@ -308,7 +321,8 @@ def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: s
             warn(f"note: {m.name}: {len(absent)} case(s) without prediction skipped (--missing skip): "
                  f"{_short_list(absent)}")
     if errors:
-        raise UserError("; ".join(errors) + " (use --missing worst or --missing skip to go on)")
+        raise UserError("; ".join(errors) + (" (use --missing worst or --missing skip to go on)" if offer_missing
+                                             else ""))
     return report
 
 

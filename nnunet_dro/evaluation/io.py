@@ -68,18 +68,27 @@ def list_segmentations(folder: str, what: str, file_ending: str | None = None) -
 
     Other files (summary.json, plans, .npz/.pkl probabilities) are ignored. ``what`` names the
     folder in error messages (e.g. ``"reference folder"``).
+
+    With ``file_ending`` (dataset.json's), every label file of the folder must have that ending: a
+    folder holding some files of another ending (``.nii`` beside ``.nii.gz``) is a UserError naming
+    them, never a smaller set of cases (3 gunzipped references of 30 used to vanish, exit 0,
+    n = 27); nnU-Net's own evaluator stops there too.
     """
     if not os.path.exists(folder):
         raise UserError(f"{what} does not exist: {folder}")
     if not os.path.isdir(folder):
         raise UserError(f"{what} is not a folder: {folder}")
     cases: dict[str, str] = {}
+    other_endings: list[str] = []
     for name in sorted(os.listdir(folder)):
         split = split_case_id(name)
-        if split is None or (file_ending is not None and split[1].lower() != file_ending.lower()):
+        if split is None:
             continue
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
+            continue
+        if file_ending is not None and split[1].lower() != file_ending.lower():
+            other_endings.append(name)
             continue
         case = split[0]
         if case in cases:
@@ -89,6 +98,11 @@ def list_segmentations(folder: str, what: str, file_ending: str | None = None) -
     if not cases:
         endings = file_ending or ", ".join(SEGMENTATION_ENDINGS)
         raise UserError(f"{what} {folder} contains no segmentation files ({endings}){_seen(folder, file_ending)}")
+    if other_endings:
+        seen = " or ".join(sorted({split_case_id(name)[1].lower() for name in other_endings}))
+        raise UserError(f"{what} {folder}: {len(other_endings)} of {len(other_endings) + len(cases)} label files end "
+                        f"in {seen}, not in {file_ending} as the dataset.json of the references says (e.g. "
+                        f"{other_endings[0]}); nnU-Net reads only {file_ending}: write every file as {file_ending}")
     return cases
 
 

@@ -73,3 +73,133 @@ def test_feta_preset_checked_against_dataset_json_keeps_its_1mm_nsd_tolerance_an
     plain = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", tmp_path / "dice", "-np", "1", "-regions", "feta")
     assert plain.returncode == 0, plain.stderr
     assert "NSD tolerance" not in plain.stdout
+
+
+# --- item 2: the reference set is every label file, whatever its ending ---------------------------
+
+def _gunzip(path):
+    """``case.nii.gz`` -> ``case.nii`` (the same image, uncompressed), as a user who unpacked a few."""
+    import gzip
+    import shutil
+    target = path.with_name(path.name[:-len(".gz")])
+    with gzip.open(path, "rb") as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    path.unlink()
+    return target
+
+
+def _ending_world(root, n=6):
+    dataset = root / "Dataset202_E"
+    dataset.mkdir(parents=True)
+    (dataset / "dataset.json").write_text(json.dumps({"channel_names": {"0": "T2"},
+                                                      "labels": {"background": 0, "a": 1},
+                                                      "numTraining": n, "file_ending": ".nii.gz"}))
+    rng = np.random.default_rng(3)
+    for i in range(n):
+        truth = np.zeros((6, 8, 8), np.uint8)
+        truth[1:5, 2:6, 2:2 + 1 + i % 4] = 1
+        pred = truth.copy()
+        pred[rng.random(pred.shape) < 0.1] = 0
+        write_label_map(dataset / "labelsTr" / f"case_{i:03d}.nii.gz", truth)
+        write_label_map(root / "pred" / f"case_{i:03d}.nii.gz", pred)
+    return dataset / "labelsTr", root / "pred"
+
+
+def test_references_saved_as_nii_beside_dataset_json_nii_gz_are_one_line_not_dropped(tmp_path):
+    ref, pred = _ending_world(tmp_path)
+    for i in (1, 4):
+        _gunzip(ref / f"case_{i:03d}.nii.gz")
+    out = tmp_path / "report"
+    done = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "1")
+    assert done.returncode == 2, done.stdout
+    assert _messages(done.stderr) == [
+        f"{PREFIX}reference folder {ref}: 2 of 6 label files end in .nii, not in .nii.gz as the dataset.json of "
+        f"the references says (e.g. case_001.nii); nnU-Net reads only .nii.gz: write every file as .nii.gz"]
+    assert not out.exists()
+
+
+def test_mixed_prediction_endings_are_one_line_naming_the_prediction_folder(tmp_path):
+    ref, pred = _ending_world(tmp_path)
+    _gunzip(pred / "case_002.nii.gz")
+    out = tmp_path / "report"
+    done = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "1", "--missing", "skip")
+    assert done.returncode == 2, done.stdout
+    (line,) = _messages(done.stderr)
+    assert line.startswith(f"{PREFIX}prediction folder of A {pred}: 1 of 6 label files end in .nii, not in .nii.gz")
+    assert "--missing" not in line and not out.exists()
+
+
+def test_mixed_endings_without_dataset_json_are_all_read(tmp_path):
+    """Without a dataset.json no ending is prescribed: .nii, .nii.gz and .mha references are all
+    cases, matched to predictions of another ending by case identifier, with the same scores."""
+    import SimpleITK as sitk
+    ref, pred = _ending_world(tmp_path)
+    (ref.parent / "dataset.json").unlink()
+    out_gz = tmp_path / "all_gz"
+    assert run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out_gz, "-np", "1").returncode == 0
+    _gunzip(ref / "case_001.nii.gz")
+    mha = ref / "case_003.nii.gz"
+    sitk.WriteImage(sitk.ReadImage(str(mha)), str(ref / "case_003.mha"))
+    mha.unlink()
+    _gunzip(pred / "case_004.nii.gz")
+    out = tmp_path / "mixed"
+    done = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "1")
+    assert done.returncode == 0, done.stderr
+    a, b = pd.read_csv(out_gz / "per_case.csv"), pd.read_csv(out / "per_case.csv")
+    assert sorted(b["case"].unique()) == [f"case_{i:03d}" for i in range(6)]
+    np.testing.assert_array_equal(a["value"], b["value"])
+
+
+# --- item 3: every fold is compared with splits_final.json before scoring ------------------------
+
+def _cv_world(tmp_path, monkeypatch, splits=True):
+    from test_eval_crossval import CASES, FOLD_OF, make_world
+    raw, folders = make_world(tmp_path, trainers=("nnUNetTrainer__nnUNetPlans__3d_fullres",
+                                                  "nnUNetTrainerDRO__nnUNetPlans__3d_fullres"))
+    monkeypatch.setenv("nnUNet_raw", str(tmp_path / "raw"))
+    monkeypatch.delenv("nnUNet_preprocessed", raising=False)
+    if splits:
+        content = [{"train": [c for c in CASES if FOLD_OF[c] != f], "val": [c for c in CASES if FOLD_OF[c] == f]}
+                   for f in (0, 1)]
+        for folder in folders.values():
+            (folder / "splits_final.json").write_text(json.dumps(content))
+    return raw, list(folders.values())
+
+
+@pytest.mark.parametrize("folds", [[], ["--folds", "1"]])
+def test_partly_written_fold_is_named_against_splits_final_json(tmp_path, monkeypatch, folds):
+    raw, (erm, dro) = _cv_world(tmp_path, monkeypatch)
+    (dro / "fold_1" / "validation" / "case_004.nii.gz").unlink()  # fold 1 still exporting
+    out = tmp_path / "report"
+    done = run_cli("-pred", f"ERM={erm}", f"DRO={dro}", "-o", out, "-np", "1", *folds)
+    assert done.returncode == 2, done.stdout
+    (line,) = _messages(done.stderr)
+    hint = " or evaluate the complete folds only with --folds 0" if not folds else ""
+    assert line == (f"{PREFIX}-pred DRO={dro}: fold_1/validation holds 2 of the 3 cases that "
+                    f"{dro / 'splits_final.json'} validates in fold 1; no prediction for case_004 (is fold 1 "
+                    f"finished? its validation is written at the end of its training{hint})")
+    assert "--missing" not in line and not out.exists()
+    if not folds:  # the option suggested exists and scores the complete folds, every case of them
+        done = run_cli("-pred", f"ERM={erm}", f"DRO={dro}", "-o", out, "-np", "1", "--folds", "0")
+        assert done.returncode == 0, done.stderr
+        assert sorted(set(pd.read_csv(out / "per_case.csv")["case"])) == ["case_000", "case_001", "case_002"]
+
+
+def test_unwritten_cross_validation_case_without_splits_offers_no_missing_option(tmp_path, monkeypatch):
+    """No splits_final.json: the case is still named, but neither --missing worst (Dice 0 for a
+    file never written) nor --folds (which would drop it) is suggested; with --folds a note says
+    that completeness could not be checked."""
+    raw, (erm, dro) = _cv_world(tmp_path, monkeypatch, splits=False)
+    (dro / "fold_1" / "validation" / "case_004.nii.gz").unlink()
+    out = tmp_path / "report"
+    done = run_cli("-pred", f"ERM={erm}", f"DRO={dro}", "-o", out, "-np", "1")
+    assert done.returncode == 2
+    (line,) = _messages(done.stderr)
+    assert line == (f"{PREFIX}DRO has no prediction for 1 case(s) in the validation of fold 0, 1 (is every fold "
+                    f"finished? a fold's validation is written at the end of its training): case_004")
+    done = run_cli("-pred", f"DRO={dro}", "-o", out, "-np", "1", "--folds", "1")
+    assert done.returncode == 0, done.stderr
+    assert _messages(done.stderr) == [
+        f"note: DRO: no splits_final.json in the trainer folder or $nnUNet_preprocessed/Dataset201_FeTA3, so nothing "
+        f"tells whether fold(s) 1 hold every case they validate; DRO = fold_N/validation of {dro.name}, fold 1 "
+        f"(2 cases)"]

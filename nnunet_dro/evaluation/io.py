@@ -48,8 +48,9 @@ class Geometry:
 
     @property
     def diagonal_mm(self) -> float:
-        """Length of the image's diagonal in mm: the worst value HD95 can take on this grid."""
-        return float(math.sqrt(sum((n * s) ** 2 for n, s in zip(self.shape, self.spacing))))
+        """Length of the image's diagonal in mm: the worst value HD95 can take on this grid (over
+        its real dimensions, as the surfaces: a one-slice 2D image's slice thickness is no part of it)."""
+        return float(math.sqrt(sum((n * s) ** 2 for n, s in zip(self.shape, self.spacing) if n > 1)))
 
 
 def split_case_id(filename: str) -> tuple[str, str] | None:

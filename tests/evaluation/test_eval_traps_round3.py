@@ -203,3 +203,74 @@ def test_unwritten_cross_validation_case_without_splits_offers_no_missing_option
         f"note: DRO: no splits_final.json in the trainer folder or $nnUNet_preprocessed/Dataset201_FeTA3, so nothing "
         f"tells whether fold(s) 1 hold every case they validate; DRO = fold_N/validation of {dro.name}, fold 1 "
         f"(2 cases)"]
+
+
+# --- item 4: surfaces over the image's real dimensions (a 2D case as one slice) -------------------
+
+def _edges(mask):
+    """MONAI's ``get_mask_edges`` (no subvoxels): the mask minus its erosion by the face-connected
+    structure, outside the image counting as background."""
+    from scipy import ndimage
+    return mask & ~ndimage.binary_erosion(mask, border_value=0)
+
+
+def _monai_2d(ref, pred, spacing, tolerance):
+    """HD95 and NSD as MONAI computes them in 2D (``compute_hausdorff_distance(percentile=95)``,
+    ``compute_surface_dice(use_subvoxels=False)``), written here with scipy's distance transform:
+    MONAI is not a dependency of this project."""
+    from scipy import ndimage
+    ref_edge, pred_edge = _edges(ref), _edges(pred)
+    to_pred = ndimage.distance_transform_edt(~pred_edge, sampling=spacing)[ref_edge]
+    to_ref = ndimage.distance_transform_edt(~ref_edge, sampling=spacing)[pred_edge]
+    hd95 = max(np.percentile(to_pred, 95), np.percentile(to_ref, 95))
+    nsd = 100.0 * ((to_pred <= tolerance).sum() + (to_ref <= tolerance).sum()) / (to_pred.size + to_ref.size)
+    return hd95, nsd
+
+
+def _two_d_case():
+    yy, xx = np.mgrid[:40, :48]
+    ref = ((yy - 20) ** 2 / 14 ** 2 + (xx - 22) ** 2 / 16 ** 2) <= 1
+    pred = ((yy - 23) ** 2 / 11 ** 2 + (xx - 26) ** 2 / 17 ** 2) <= 1
+    pred[5:9, 30:38] = True  # a false positive island: HD95 is not a one-pixel matter
+    return ref, pred
+
+
+def _scores(folder):
+    scores = pd.read_csv(folder / "per_case.csv").set_index("metric")["value"]
+    return scores["hd95"], scores["nsd"]
+
+
+@pytest.mark.parametrize("spacing", [(1.0, 1.0), (0.6, 0.8)])  # (y, x) in mm
+def test_one_slice_nifti_scores_hd95_and_nsd_as_2d(tmp_path, spacing):
+    ref, pred = _two_d_case()
+    for name, mask in (("ref", ref), ("pred", pred)):
+        # (1, y, x): one slice of 3 mm; SimpleITK spacing order is (x, y, z)
+        write_label_map(tmp_path / name / "case_000.nii.gz", mask[None].astype(np.uint8),
+                        spacing=(spacing[1], spacing[0], 3.0))
+    out = tmp_path / "report"
+    done = run_cli("-ref", tmp_path / "ref", "-pred", f"A={tmp_path / 'pred'}", "-o", out, "-np", "1",
+                   "--metrics", "dice", "hd95", "nsd", "--nsd-tolerance", "2")
+    assert done.returncode == 0, done.stderr
+    hd95, nsd = _scores(out)
+    expected_hd95, expected_nsd = _monai_2d(ref, pred, spacing, 2.0)
+    assert hd95 == pytest.approx(expected_hd95, abs=1e-6)
+    assert nsd == pytest.approx(expected_nsd, abs=1e-6)
+    assert expected_nsd < 90  # far from the ring of the issue (every pixel surface: NSD 92.5)
+
+
+def test_one_slice_nifti_and_png_give_the_same_2d_scores(tmp_path):
+    from PIL import Image
+    ref, pred = _two_d_case()
+    for name, mask in (("ref", ref), ("pred", pred)):
+        write_label_map(tmp_path / f"nii_{name}" / "case_000.nii.gz", mask[None].astype(np.uint8))
+        (tmp_path / f"png_{name}").mkdir()
+        Image.fromarray(mask.astype(np.uint8)).save(tmp_path / f"png_{name}" / "case_000.png")
+    results = {}
+    for kind in ("nii", "png"):
+        out = tmp_path / f"report_{kind}"
+        done = run_cli("-ref", tmp_path / f"{kind}_ref", "-pred", f"A={tmp_path / f'{kind}_pred'}", "-o", out,
+                       "-np", "1", "--metrics", "dice", "hd95", "nsd", "--nsd-tolerance", "2")
+        assert done.returncode == 0, done.stderr
+        results[kind] = _scores(out)
+    assert results["nii"] == pytest.approx(results["png"], abs=1e-9)
+    assert results["png"] == pytest.approx(_monai_2d(ref, pred, (1.0, 1.0), 2.0), abs=1e-6)

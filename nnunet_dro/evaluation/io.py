@@ -4,7 +4,8 @@ Files are matched by nnU-Net case identifier: the file name without its ending
 (``BraTS19_001.nii.gz`` -> ``BraTS19_001``). NIfTI files are read with nibabel (one read,
 integer labels kept as integers, a truncated file is an error), NRRD, MHA and GIPL with SimpleITK;
 PNG/BMP/TIFF go through nnU-Net's own reader classes. Geometry follows SimpleITK's conventions
-(numpy axis order z, y, x; LPS origin and direction) whatever the reader.
+(numpy axis order z, y, x; LPS origin and direction) whatever the reader; a NIfTI's geometry is
+SimpleITK's reading of its header (qform or sform as SimpleITK, and so nnU-Net, chooses).
 
 >>> split_case_id("case_001.nii.gz")
 ('case_001', '.nii.gz')
@@ -171,8 +172,12 @@ def _read_nifti(path: str) -> tuple[np.ndarray, Geometry]:
     """NIfTI through nibabel from the decompressed bytes: ``gzip`` checks the stream's length and
     CRC, so a truncated or corrupt ``.nii.gz`` is an error (SimpleITK silently zero-fills it).
 
-    The array is transposed to SimpleITK's axis order (a view) and origin/direction converted from
-    nibabel's RAS affine to SimpleITK's LPS convention, so both readers give the same Geometry.
+    The array is transposed to SimpleITK's axis order (a view). Spacing, origin and direction are
+    SimpleITK's own reading of the header (``ReadImageInformation``: no pixels read), the geometry
+    nnU-Net itself uses: where qform and sform differ (e.g. sform_code 2), nibabel's affine is the
+    sform and SimpleITK's the qform, and a valid nnU-Net prediction (written with SimpleITK's
+    geometry) was refused as an "origin mismatch". nibabel's affine, converted from RAS to LPS, is
+    used only for a header SimpleITK refuses.
     """
     import gzip
 
@@ -202,6 +207,9 @@ def _read_nifti(path: str) -> tuple[np.ndarray, Geometry]:
     if array.ndim > 3:
         raise UserError(f"{path}: not a label map ({array.ndim}D image of shape {array.shape})")
     ndim = array.ndim
+    geometry = _sitk_geometry(path, array.T.shape)
+    if geometry is not None:
+        return _as_integer_labels(array.T, path), geometry
     zooms = [float(z) for z in image.header.get_zooms()[:ndim]]
     affine = image.affine
     rotation = affine[:3, :3] / np.where(np.linalg.norm(affine[:3, :3], axis=0) > 0,
@@ -214,6 +222,24 @@ def _read_nifti(path: str) -> tuple[np.ndarray, Geometry]:
                         origin=tuple(float(v) for v in origin[:ndim]),
                         direction=tuple(float(v) for v in direction[:ndim, :ndim].ravel()))
     return _as_integer_labels(array, path), geometry
+
+
+def _sitk_geometry(path: str, shape: tuple[int, ...]) -> Geometry | None:
+    """The file's geometry as SimpleITK reads it (header only), for an array of ``shape`` (numpy
+    order); None if SimpleITK cannot read the header."""
+    reader = sitk.ImageFileReader()
+    reader.SetFileName(path)
+    try:
+        reader.ReadImageInformation()
+    except RuntimeError:
+        return None
+    ndim, dimension = len(shape), reader.GetDimension()
+    if dimension < ndim:
+        return None
+    direction = np.asarray(reader.GetDirection(), float).reshape(dimension, dimension)[:ndim, :ndim]
+    return Geometry(shape=tuple(shape), spacing=tuple(float(v) for v in reader.GetSpacing()[:ndim][::-1]),
+                    origin=tuple(float(v) for v in reader.GetOrigin()[:ndim]),
+                    direction=tuple(float(v) for v in direction.ravel()))
 
 
 def _read_with_nnunet_reader(path: str) -> tuple[np.ndarray, Geometry]:

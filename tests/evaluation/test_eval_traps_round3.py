@@ -274,3 +274,48 @@ def test_one_slice_nifti_and_png_give_the_same_2d_scores(tmp_path):
         results[kind] = _scores(out)
     assert results["nii"] == pytest.approx(results["png"], abs=1e-9)
     assert results["png"] == pytest.approx(_monai_2d(ref, pred, (1.0, 1.0), 2.0), abs=1e-6)
+
+
+# --- item 5: NIfTI geometry as nnU-Net reads it (SimpleITK's choice between qform and sform) -------
+
+def test_reference_with_different_qform_and_sform_is_read_as_nnunet_reads_it(tmp_path):
+    """A reference whose sform (code 2, aligned) differs from its qform: nibabel's affine is the
+    sform, SimpleITK's (nnU-Net's) geometry the qform. nnU-Net writes its prediction with
+    SimpleITK's geometry; that pair is valid (nnU-Net scores it Dice 1.0) and was refused as an
+    origin mismatch."""
+    import nibabel
+    import SimpleITK as sitk
+    truth = np.zeros((10, 12, 8), np.uint8)  # nibabel order (i, j, k)
+    truth[2:7, 3:9, 2:6] = 1
+    qform = np.diag([1.0, 1.0, 2.0, 1.0])
+    qform[:3, 3] = (-5.0, -6.0, -8.0)
+    sform = qform.copy()
+    sform[:3, 3] = (12.5, -30.0, 40.0)  # a registration to another space, kept in the sform
+    image = nibabel.Nifti1Image(truth, sform)
+    image.set_qform(qform, code=1)
+    image.set_sform(sform, code=2)
+    (tmp_path / "ref").mkdir()
+    nibabel.save(image, tmp_path / "ref" / "case_000.nii.gz")
+    reference = sitk.ReadImage(str(tmp_path / "ref" / "case_000.nii.gz"))
+    # nnU-Net's SimpleITKIO writes the prediction with the geometry it read
+    prediction = sitk.GetImageFromArray(sitk.GetArrayFromImage(reference))
+    prediction.CopyInformation(reference)
+    (tmp_path / "pred").mkdir()
+    sitk.WriteImage(prediction, str(tmp_path / "pred" / "case_000.nii.gz"), True)
+    out = tmp_path / "report"
+    done = run_cli("-ref", tmp_path / "ref", "-pred", f"A={tmp_path / 'pred'}", "-o", out, "-np", "1")
+    assert done.returncode == 0, done.stderr
+    assert pd.read_csv(out / "per_case.csv")["value"].tolist() == [100.0]
+
+    from nnunet_dro.evaluation.io import read_segmentation
+    array, geometry = read_segmentation(str(tmp_path / "ref" / "case_000.nii.gz"))
+    np.testing.assert_array_equal(array, sitk.GetArrayFromImage(reference))
+    np.testing.assert_allclose(geometry.origin, reference.GetOrigin())
+    np.testing.assert_allclose(geometry.direction, reference.GetDirection())
+    np.testing.assert_allclose(geometry.spacing, reference.GetSpacing()[::-1])
+    # a prediction really elsewhere (its own origin 10 mm away) is still refused
+    moved = sitk.Image(prediction)
+    moved.SetOrigin(tuple(np.add(reference.GetOrigin(), (10.0, 0.0, 0.0))))
+    sitk.WriteImage(moved, str(tmp_path / "pred" / "case_000.nii.gz"), True)
+    done = run_cli("-ref", tmp_path / "ref", "-pred", f"A={tmp_path / 'pred'}", "-o", tmp_path / "r2", "-np", "1")
+    assert done.returncode == 2 and "origin mismatch" in done.stderr

@@ -415,6 +415,12 @@ def gap_lines(result: EvaluationResult, metric: str) -> list[str]:
                 parts.append(f"{region}: {best['method']} smaller by {-best['gap_change']:.{_decimals(metric)}f}, "
                              f"its interval includes no change (Δ gap {change}; {base} gap "
                              f"{base_gap:.{_decimals(metric)}f})")
+            elif best["gap_change"] < 0 and not interval_known:
+                # no uncertainty (bootstrap off): on groups of a few cases a smaller gap is often
+                # resampling noise, so the line states the difference and makes no claim
+                parts.append(f"{region}: {best['method']}'s gap {-best['gap_change']:.{_decimals(metric)}f} smaller "
+                             f"on these cases, no interval (--bootstrap N tells whether it is more than chance; "
+                             f"Δ gap {change}; {base} gap {base_gap:.{_decimals(metric)}f})")
             elif best["gap_change"] < 0:
                 parts.append(f"{region}: {best['method']} shrank it by {-best['gap_change']:.{_decimals(metric)}f} "
                              f"(Δ gap {change}; {base} gap {base_gap:.{_decimals(metric)}f})")

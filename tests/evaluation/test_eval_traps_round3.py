@@ -319,3 +319,38 @@ def test_reference_with_different_qform_and_sform_is_read_as_nnunet_reads_it(tmp
     sitk.WriteImage(moved, str(tmp_path / "pred" / "case_000.nii.gz"), True)
     done = run_cli("-ref", tmp_path / "ref", "-pred", f"A={tmp_path / 'pred'}", "-o", tmp_path / "r2", "-np", "1")
     assert done.returncode == 2 and "origin mismatch" in done.stderr
+
+
+# --- item 9: a gap claim carries an uncertainty, or is worded without a claim -------------------
+
+def test_gap_line_without_bootstrap_makes_no_claim_and_with_bootstrap_gives_the_interval(tmp_path):
+    """Two groups of 4 cases; DRO's gap is a little smaller. Bootstrap off (the default): the line
+    states the difference and says it has no interval, never "DRO shrank it"."""
+    rows = ["case\tcondition"]
+    removed = {"ERM": {"a": [0, 1, 0, 1], "b": [2, 3, 2, 3]}, "DRO": {"a": [0, 1, 0, 1], "b": [2, 2, 2, 3]}}
+    for group in ("a", "b"):
+        for i in range(4):
+            rows.append(f"{group}{i}\t{group}")
+            ref = np.zeros((12, 12, 12), np.uint8)
+            ref[2:10, 2:10, 2:10] = 1
+            write_label_map(tmp_path / "ref" / f"{group}{i}.nii.gz", ref)
+            for method, slabs in removed.items():
+                pred = ref.copy()
+                if slabs[group][i]:
+                    pred[10 - slabs[group][i]:10] = 0
+                write_label_map(tmp_path / method / f"{group}{i}.nii.gz", pred)
+    (tmp_path / "groups.tsv").write_text("\n".join(rows) + "\n")
+    common = ["-ref", tmp_path / "ref", "-pred", f"ERM={tmp_path / 'ERM'}", f"DRO={tmp_path / 'DRO'}", "-np", "1",
+              "-groups", tmp_path / "groups.tsv"]
+    done = run_cli(*common, "-o", tmp_path / "plain")
+    assert done.returncode == 0, done.stderr
+    line = next(l for l in done.stdout.splitlines() if l.startswith("Gap by condition"))
+    gap = pd.read_csv(tmp_path / "plain" / "disparity.csv").set_index("method").loc["DRO", "gap_change"]
+    assert gap < 0
+    assert "shrank" not in line, line
+    assert f"1: DRO's gap {-gap:.1f} smaller on these cases, no interval (--bootstrap N tells whether it is " \
+           f"more than chance; Δ gap {gap:+.1f}; ERM gap" in line, line
+    done = run_cli(*common, "-o", tmp_path / "boot", "--bootstrap", "500")
+    assert done.returncode == 0, done.stderr
+    line = next(l for l in done.stdout.splitlines() if l.startswith("Gap by condition"))
+    assert "no interval" not in line and f"Δ gap {gap:+.1f} [" in line, line

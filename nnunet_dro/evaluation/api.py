@@ -200,6 +200,12 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
                        cross_validation=cross_validations[name]) if name in cross_validations
                else _load_method(name, path, metrics, spec.file_ending) for name, path in predictions.items()]
     case_report = _check_missing(methods, ref_files, missing, warn)
+    for m in methods:
+        if m.kind == "folder" and m.cross_validation is None and os.path.isdir(m.source) and \
+                os.path.samefile(m.source, reference):
+            # a typo or a sanity check: either way the reader must know the 100s are no result
+            warn(f"warning: -pred {m.name}={m.source} is the reference folder itself: every case is scored "
+                 f"against itself (Dice 100, HD95 0)")
 
     results = _read_cases(ref_files, methods, spec, metrics, inputs.nsd_tolerance, num_processes, progress)
     region_list = _resolve_regions(spec, results, methods)
@@ -385,7 +391,9 @@ def _warn_group_report(assignment: GroupAssignment, path: str, warn) -> None:
                  f"cases); bin it with --group-by {column}:EDGES (e.g. {column}:20,25,30), or name it in "
                  f"--group-by to group by each value")
     for column, without in assignment.cases_without_value.items():
-        warn(f"note: {len(without)} case(s) have no value in column {column!r}, counted in 'all' only: "
+        read_as = assignment.missing_markers.get(column)
+        marked = f" ({', '.join(map(repr, read_as))} read as no value)" if read_as else ""
+        warn(f"note: {len(without)} case(s) have no value in column {column!r}{marked}, counted in 'all' only: "
              f"{_short_list(without)}")
 
 
@@ -561,11 +569,13 @@ def _case_scores(m: _Method, case: str, present: bool, region: Region, metrics, 
                 value = r.hd95[region.labels]
             elif not both_empty:
                 note = "one side empty: HD95 scored as the image diagonal"
+        if both_empty:
+            note = _empty_note(empty, value)  # the value given, not always 100: HD95 and topology get 0
         yield metric, value, note
 
 
-def _empty_note(empty: str) -> str:
-    return ("empty in reference and prediction: scored 100 (--empty one)" if empty == "one"
+def _empty_note(empty: str, value: float = 100.0) -> str:
+    return (f"empty in reference and prediction: scored {value:g} (--empty one)" if empty == "one"
             else "empty in reference and prediction: left out (--empty nan)")
 
 

@@ -266,14 +266,19 @@ def _read_with_nnunet_reader(path: str) -> tuple[np.ndarray, Geometry]:
 def check_same_geometry(case: str, reference: Geometry, prediction: Geometry, method: str) -> None:
     """Reference and prediction must share the grid; a mismatch raises UserError naming the case."""
     where = f"case {case!r} (method {method})"
+    # Shape and spacing are printed in x, y, z order, as origin and direction are (SimpleITK's,
+    # ITK-SNAP's and the NIfTI header's order): a (z, y, x) spacing beside an (x, y, z) origin
+    # made a reader compare the wrong axes.
+    axes = "(x, y, z)" if len(reference.shape) == 3 else "(x, y)" if len(reference.shape) == 2 else ""
     if reference.shape != prediction.shape:
-        raise UserError(f"{where}: shape mismatch, reference {reference.shape} vs prediction {prediction.shape}")
+        raise UserError(f"{where}: shape mismatch {axes}, reference {tuple(reference.shape[::-1])} vs prediction "
+                        f"{tuple(prediction.shape[::-1])}")
     if not np.allclose(reference.spacing, prediction.spacing, rtol=0, atol=SPACING_ORIGIN_ATOL):
-        raise UserError(f"{where}: spacing mismatch, reference {_fmt(reference.spacing)} "
-                        f"vs prediction {_fmt(prediction.spacing)}")
+        raise UserError(f"{where}: spacing mismatch {axes}, reference {_fmt(reference.spacing[::-1])} "
+                        f"vs prediction {_fmt(prediction.spacing[::-1])}")
     if reference.origin is not None and prediction.origin is not None and \
             not np.allclose(reference.origin, prediction.origin, rtol=0, atol=SPACING_ORIGIN_ATOL):
-        raise UserError(f"{where}: origin mismatch, reference {_fmt(reference.origin)} "
+        raise UserError(f"{where}: origin mismatch {axes}, reference {_fmt(reference.origin)} "
                         f"vs prediction {_fmt(prediction.origin)}")
     if reference.direction is not None and prediction.direction is not None and \
             not np.allclose(reference.direction, prediction.direction, rtol=0, atol=DIRECTION_ATOL):

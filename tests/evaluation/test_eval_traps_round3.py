@@ -354,3 +354,103 @@ def test_gap_line_without_bootstrap_makes_no_claim_and_with_bootstrap_gives_the_
     assert done.returncode == 0, done.stderr
     line = next(l for l in done.stdout.splitlines() if l.startswith("Gap by condition"))
     assert "no interval" not in line and f"Δ gap {gap:+.1f} [" in line, line
+
+
+# --- item 13: small ones ---------------------------------------------------------------------------
+
+def _small_cohort(root, n=6, values=(1, 2)):
+    """Cases with labels ``values``; label 2 is absent from reference and prediction of case_000."""
+    for i in range(n):
+        truth = np.zeros((8, 10, 10), np.uint8)
+        truth[2:6, 2:7, 2:2 + 3 + i % 3] = 1
+        if i:
+            truth[1:3, 7:9, 6:9] = 2
+        pred = np.roll(truth, i % 2, axis=1)
+        write_label_map(root / "ref" / f"case_{i:03d}.nii.gz", truth)
+        write_label_map(root / "pred" / f"case_{i:03d}.nii.gz", pred)
+    return root / "ref", root / "pred"
+
+
+def test_empty_note_says_the_value_each_metric_was_given(tmp_path):
+    ref, pred = _small_cohort(tmp_path)
+    out = tmp_path / "report"
+    done = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "1", "--metrics", "dice", "hd95", "nsd",
+                   "euler", "-regions", "a=1;b=2")
+    assert done.returncode == 0, done.stderr
+    rows = pd.read_csv(out / "per_case.csv", keep_default_na=False)
+    empty = rows[(rows["case"] == "case_000") & (rows["region"] == "b")].set_index("metric")
+    assert empty.loc["dice", "note"] == "empty in reference and prediction: scored 100 (--empty one)"
+    assert empty.loc["nsd", "note"] == "empty in reference and prediction: scored 100 (--empty one)"
+    for metric in ("hd95", "euler"):
+        assert float(empty.loc[metric, "value"]) == 0.0
+        assert empty.loc[metric, "note"] == "empty in reference and prediction: scored 0 (--empty one)"
+
+
+def test_geometry_mismatch_prints_shape_and_spacing_in_the_order_of_origin(tmp_path):
+    truth = np.zeros((4, 6, 8), np.uint8)  # numpy (z, y, x): x = 8, y = 6, z = 4
+    truth[1:3, 1:4, 1:6] = 1
+    write_label_map(tmp_path / "ref" / "case_000.nii.gz", truth, spacing=(0.5, 0.8, 3.0))
+    write_label_map(tmp_path / "pred" / "case_000.nii.gz", truth, spacing=(0.5, 0.8, 2.0))
+    write_label_map(tmp_path / "pred2" / "case_000.nii.gz", truth[:, :, :7], spacing=(0.5, 0.8, 3.0))
+    done = run_cli("-ref", tmp_path / "ref", "-pred", f"A={tmp_path / 'pred'}", "-o", tmp_path / "r", "-np", "1")
+    assert done.returncode == 2
+    assert _messages(done.stderr) == [f"{PREFIX}case 'case_000' (method A): spacing mismatch (x, y, z), reference "
+                                      f"(0.5, 0.8, 3) vs prediction (0.5, 0.8, 2)"]
+    done = run_cli("-ref", tmp_path / "ref", "-pred", f"A={tmp_path / 'pred2'}", "-o", tmp_path / "r", "-np", "1")
+    assert _messages(done.stderr) == [f"{PREFIX}case 'case_000' (method A): shape mismatch (x, y, z), reference "
+                                      f"(8, 6, 4) vs prediction (7, 6, 4)"]
+
+
+def test_missing_value_markers_in_the_group_table_are_no_group_and_said(tmp_path):
+    ref, pred = _small_cohort(tmp_path)
+    (tmp_path / "groups.tsv").write_text("case\tsite\n" + "".join(
+        f"case_{i:03d}\t{v}\n" for i, v in enumerate(["A", "B", "nan", "None", "-", "A"])))
+    out = tmp_path / "report"
+    done = run_cli("-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "1", "-groups", tmp_path / "groups.tsv")
+    assert done.returncode == 0, done.stderr
+    summary = pd.read_csv(out / "summary.csv", keep_default_na=False)
+    assert sorted(set(summary.loc[summary["group_column"] == "site", "group"])) == ["A", "B"]
+    assert _messages(done.stderr) == ["note: 3 case(s) have no value in column 'site' ('nan', 'None', '-' read as "
+                                      "no value), counted in 'all' only: case_002, case_003, case_004"]
+
+
+def test_every_group_tied_names_no_best_and_no_worst_group(tmp_path):
+    from nnunet_dro.evaluation.disparity import gap_statistics
+    stats = gap_statistics({"control": np.array([100.0, 100.0]), "case": np.array([100.0])}, True, True)
+    assert stats["best_group"] == stats["worst_group"] == "(all groups tie)" and stats["gap"] == 0.0
+    ref, pred = _small_cohort(tmp_path)
+    (tmp_path / "groups.tsv").write_text("case\tsite\n" + "".join(
+        f"case_{i:03d}\t{'AB'[i % 2]}\n" for i in range(6)))
+    out = tmp_path / "report"
+    done = run_cli("-ref", ref, "-pred", f"A={ref}", "-o", out, "-np", "1", "-groups", tmp_path / "groups.tsv")
+    assert done.returncode == 0, done.stderr
+    assert "control" not in done.stdout
+    assert "| (all groups tie) (100.0) | (all groups tie) (100.0) |" in (out / "table.md").read_text()
+
+
+def test_prediction_folder_that_is_the_reference_folder_is_said(tmp_path):
+    ref, pred = _small_cohort(tmp_path)
+    out = tmp_path / "report"
+    done = run_cli("-ref", ref, "-pred", f"A={pred}", f"B={ref}", "-o", out, "-np", "1")
+    assert done.returncode == 0, done.stderr
+    assert _messages(done.stderr) == [f"warning: -pred B={ref} is the reference folder itself: every case is scored "
+                                      f"against itself (Dice 100, HD95 0)"]
+
+
+def test_gap_labels_stay_inside_their_panels(tmp_path):
+    """A gap bracket near the top of a panel (Dice near 100) had its label cut off by the panel's edge."""
+    from nnunet_dro.evaluation import evaluate
+    from nnunet_dro.evaluation.reports import disparity_figure
+    ref, pred = _small_cohort(tmp_path, n=8)
+    (tmp_path / "groups.tsv").write_text("case\tsite\n" + "".join(
+        f"case_{i:03d}\t{'AB'[i // 4]}\n" for i in range(8)))
+    result = evaluate(str(ref), {"ERM": str(pred), "DRO": str(ref)}, None, groups=str(tmp_path / "groups.tsv"),
+                      num_processes=1, progress=False, echo=lambda text: None)
+    figure = disparity_figure(result, "dice")
+    renderer = figure.canvas.get_renderer()
+    figure.canvas.draw()
+    labels = [(axis, text) for axis in figure.axes for text in axis.texts if text.get_text().startswith("gap ")]
+    assert labels
+    for axis, text in labels:
+        box, panel = text.get_window_extent(renderer), axis.get_window_extent(renderer)
+        assert panel.y0 <= box.y0 and box.y1 <= panel.y1, (text.get_text(), box, panel)

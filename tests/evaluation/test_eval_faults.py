@@ -82,12 +82,6 @@ def _held_worker(cli: RunningCli, hold_file: Path, timeout: float = 60.0) -> int
     return pid
 
 
-def _reading_started(cli: RunningCli):
-    """Cases read so far, from the CLI's own progress bar, once at least two are done."""
-    counts = [int(n) for n in re.findall(r"Reading cases:.*?\b(\d+)/%d" % N_CASES, cli.stderr)]
-    return counts and max(counts) >= 2
-
-
 def _workers(cli: RunningCli) -> list[int]:
     """The pool's workers: the grandchildren of the CLI (children of its forkserver)."""
     return [pid for pid, depth in descendants_of(cli.process.pid).items() if depth == 2]
@@ -98,7 +92,9 @@ def _start(ref, pred, out, hold_file: Path) -> tuple[RunningCli, SemaphoreWatch,
                      "--metrics", "dice", "hd95", env=_env(hold_file))
     watch = SemaphoreWatch(cli.process.pid)  # its own session: the session id is its pid
     _WATCHES.append(watch)
-    cli.wait_for(_reading_started)
+    # reading has started once a worker is inside HELD_CASE (the progress bar is no signal: tqdm
+    # prints at most every 0.1 s, so the cases before the held one may never show)
+    cli.wait_for(lambda c: hold_file.exists())
     cli.wait_for(lambda c: len(_workers(c)) == 2)
     tree = descendants_of(cli.process.pid)
     assert set().union(*(semaphores_of(p) for p in [cli.process.pid, *tree])), \

@@ -636,11 +636,11 @@ def disparity_figure(result: EvaluationResult, metric: str):
         # The gap's label beside its bracket, its centre kept within 20-80 % of the panel's height:
         # centred on a bracket near the top (Dice near 100) it ran past the panel and was cut off.
         low, high = axis.get_ylim()
+        data_x_axes_y = blended_transform_factory(axis.transData, axis.transAxes)
         for i, bracket_x, middle, text in labels:
             fraction = min(max((middle - low) / (high - low) if high > low else 0.5, 0.2), 0.8)
-            axis.annotate(text, (bracket_x, fraction), xycoords=blended_transform_factory(axis.transData, axis.transAxes),
-                          xytext=(3, 0), textcoords="offset points", fontsize=7, color=f"C{i}", rotation=90,
-                          va="center")
+            axis.annotate(text, (bracket_x, fraction), xycoords=data_x_axes_y, xytext=(3, 0),
+                          textcoords="offset points", fontsize=7, color=f"C{i}", rotation=90, va="center")
         axis.set_xticks(range(len(groups)))
         axis.set_xticklabels(groups, rotation=30, ha="right", fontsize=8)
         axis.set_xlim(-0.6, len(groups) + 0.2 + 0.12 * len(methods))

@@ -25,9 +25,9 @@ import pandas as pd
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import reports
-from nnunet_dro.evaluation.crossval import (CrossValidation, check_cases_in_reference, check_same_folds,
-                                            dataset_labels_folder, describe_non_trainer_folder, gather_validation,
-                                            is_trainer_folder)
+from nnunet_dro.evaluation.crossval import (SPLITS_FILE, CrossValidation, check_cases_in_reference,
+                                            check_same_folds, dataset_labels_folder, describe_non_trainer_folder,
+                                            gather_validation, is_trainer_folder, splits_file)
 from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
 from nnunet_dro.evaluation.disparity import disparity_table
@@ -68,15 +68,15 @@ TAIL_TEXT = ("pXX is the value of the worst XX % of cases by the metric's direct
              "metrics better high (dice, vs, nsd), the (100 - XX)th for metrics better low (hd95, topology "
              f"errors); {CVAR_COLUMN} is the mean of the worst ceil(n / 10) cases (integer arithmetic) by the "
              "same direction")
-#: Default NSD tolerance (mm) per -regions preset; every other region spec gets DEFAULT_NSD_TOLERANCE_MM.
-#: Two voxels at the usual resolution: FeTA's 0.5 mm reconstructions, BraTS's 1 mm.
-NSD_TOLERANCE_BY_PRESET = {"preset feta": 1.0, "preset brats": 2.0, "preset brats-nnunet": 2.0}
+#: NSD tolerance (mm) of a region spec that carries none of its own (every spec but the presets).
 DEFAULT_NSD_TOLERANCE_MM = 2.0
 
 
 def default_nsd_tolerance(spec: RegionSpec) -> float:
-    """The NSD tolerance in mm when ``--nsd-tolerance`` is not given: by preset, else 2 mm."""
-    return NSD_TOLERANCE_BY_PRESET.get(spec.source, DEFAULT_NSD_TOLERANCE_MM)
+    """The NSD tolerance in mm when ``--nsd-tolerance`` is not given: the preset's own
+    (``RegionSpec.nsd_tolerance_mm``, kept when the preset is checked against a dataset.json),
+    else 2 mm."""
+    return DEFAULT_NSD_TOLERANCE_MM if spec.nsd_tolerance_mm is None else spec.nsd_tolerance_mm
 
 
 def default_num_processes() -> int:
@@ -184,6 +184,13 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
     if output is not None:
         reports.check_report_folder(output)
     reference, cross_validations, select_cases = _cross_validation_inputs(reference, predictions, options.folds)
+    for cv in cross_validations.values():
+        if options.folds is not None and splits_file(cv.folder) is None:
+            # Without nnU-Net's splits nothing says which cases a fold validates: a fold still being
+            # written would be scored on the cases it has so far.
+            warn(f"note: {cv.name}: no {SPLITS_FILE} in the trainer folder or $nnUNet_preprocessed/"
+                 f"{cv.folder.resolve().parent.name}, so nothing tells whether fold(s) {', '.join(map(str, cv.folds))} "
+                 f"hold every case they validate; {cv.describe()}")
     inputs = check_inputs(reference, list(predictions), output, options.with_overrides(echo=warn),
                           select_cases=select_cases)
     metrics, percentiles, spec = inputs.metrics, inputs.percentiles, inputs.spec
@@ -193,6 +200,12 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
                        cross_validation=cross_validations[name]) if name in cross_validations
                else _load_method(name, path, metrics, spec.file_ending) for name, path in predictions.items()]
     case_report = _check_missing(methods, ref_files, missing, warn)
+    for m in methods:
+        if m.kind == "folder" and m.cross_validation is None and os.path.isdir(m.source) and \
+                os.path.samefile(m.source, reference):
+            # a typo or a sanity check: either way the reader must know the 100s are no result
+            warn(f"warning: -pred {m.name}={m.source} is the reference folder itself: every case is scored "
+                 f"against itself (Dice 100, HD95 0)")
 
     results = _read_cases(ref_files, methods, spec, metrics, inputs.nsd_tolerance, num_processes, progress)
     region_list = _resolve_regions(spec, results, methods)
@@ -283,6 +296,7 @@ def _load_method(name: str, path: str, metrics: Sequence[str], file_ending: str 
 def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: str, warn) -> dict:
     report = {"reference_cases": len(ref_files), "methods": {}}
     errors = []
+    offer_missing = False  # --missing is offered for prediction folders only
     for m in methods:
         absent = sorted(set(ref_files) - m.cases)
         extra = sorted(m.cases - set(ref_files))
@@ -298,8 +312,13 @@ def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: s
         if not absent:
             continue
         if missing == "error":
-            where = (f" in the validation of fold {', '.join(map(str, m.cross_validation.folds))} (evaluate these "
-                     f"folds' cases only with --folds)" if m.cross_validation is not None else "")
+            # A trainer folder lacking validation predictions has a fold not (fully) written:
+            # --missing worst would score each unwritten case at Dice 0, and --folds would drop
+            # them as if the fold were complete, so neither is offered for it.
+            where = (f" in the validation of fold {', '.join(map(str, m.cross_validation.folds))} (is every fold "
+                     f"finished? a fold's validation is written at the end of its training)"
+                     if m.cross_validation is not None else "")
+            offer_missing = offer_missing or m.cross_validation is None
             errors.append(f"{m.name} has no prediction for {len(absent)} case(s){where}: {_short_list(absent)}")
         elif missing == "worst":
             warn(f"note: {m.name}: {len(absent)} missing prediction(s) scored worst (--missing worst): "
@@ -308,7 +327,8 @@ def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: s
             warn(f"note: {m.name}: {len(absent)} case(s) without prediction skipped (--missing skip): "
                  f"{_short_list(absent)}")
     if errors:
-        raise UserError("; ".join(errors) + " (use --missing worst or --missing skip to go on)")
+        raise UserError("; ".join(errors) + (" (use --missing worst or --missing skip to go on)" if offer_missing
+                                             else ""))
     return report
 
 
@@ -371,7 +391,9 @@ def _warn_group_report(assignment: GroupAssignment, path: str, warn) -> None:
                  f"cases); bin it with --group-by {column}:EDGES (e.g. {column}:20,25,30), or name it in "
                  f"--group-by to group by each value")
     for column, without in assignment.cases_without_value.items():
-        warn(f"note: {len(without)} case(s) have no value in column {column!r}, counted in 'all' only: "
+        read_as = assignment.missing_markers.get(column)
+        marked = f" ({', '.join(map(repr, read_as))} read as no value)" if read_as else ""
+        warn(f"note: {len(without)} case(s) have no value in column {column!r}{marked}, counted in 'all' only: "
              f"{_short_list(without)}")
 
 
@@ -547,11 +569,13 @@ def _case_scores(m: _Method, case: str, present: bool, region: Region, metrics, 
                 value = r.hd95[region.labels]
             elif not both_empty:
                 note = "one side empty: HD95 scored as the image diagonal"
+        if both_empty:
+            note = _empty_note(empty, value)  # the value given, not always 100: HD95 and topology get 0
         yield metric, value, note
 
 
-def _empty_note(empty: str) -> str:
-    return ("empty in reference and prediction: scored 100 (--empty one)" if empty == "one"
+def _empty_note(empty: str, value: float = 100.0) -> str:
+    return (f"empty in reference and prediction: scored {value:g} (--empty one)" if empty == "one"
             else "empty in reference and prediction: left out (--empty nan)")
 
 

@@ -132,11 +132,27 @@ def read_splits(path: Path) -> dict[str, int]:
 
 
 def check_against_splits(cv: CrossValidation) -> None:
-    """Each validation prediction must sit in the fold that ``splits_final.json`` validates it in."""
+    """Each validation prediction must sit in the fold that ``splits_final.json`` validates it in,
+    and each fold read must hold every case that file validates in it: a fold whose validation
+    folder is only partly written (a training still running, or stopped while exporting) was
+    scored as complete, "fold 3 (4 cases)" of the 8 it validates."""
     path = splits_file(cv.folder)
     if path is None:
         return
     split_fold = read_splits(path)
+    for fold in cv.folds:
+        expected = sorted(case for case, f in split_fold.items() if f == fold)
+        unwritten = [case for case in expected if case not in cv.files]
+        if unwritten:
+            complete = [f for f in cv.folds if f != fold and
+                        all(c in cv.files for c, g in split_fold.items() if g == f)]
+            hint = (f" or evaluate the complete folds only with --folds {' '.join(map(str, complete))}"
+                    if complete else "")
+            raise UserError(f"-pred {cv.name}={cv.folder}: fold_{fold}/validation holds "
+                            f"{len(expected) - len(unwritten)} of the {len(expected)} cases that {path} validates "
+                            f"in fold {fold}; no prediction for {', '.join(unwritten[:3])}"
+                            f"{', ...' if len(unwritten) > 3 else ''} (is fold {fold} finished? its validation "
+                            f"is written at the end of its training{hint})")
     wrong = sorted((case, fold) for case, fold in cv.fold_of_case.items() if split_fold.get(case) != fold)
     if wrong:
         case, fold = wrong[0]

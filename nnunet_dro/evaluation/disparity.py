@@ -6,7 +6,8 @@ per-case scores (as Fairlearn's ``MetricFrame`` does with ``group_max``/``group_
 ``difference()`` and ``ratio()``):
 
 - ``best_group`` / ``worst_group``: the groups with the best and the worst mean, by the metric's
-  direction (highest Dice, lowest HD95); ties go to the first group in display order;
+  direction (highest Dice, lowest HD95); ties go to the first group in display order, and when
+  every group has the same mean both read ``(all groups tie)``;
 - ``gap`` = best mean - worst mean for a metric better high, worst - best for one better low: how
   much better the best group does, in the metric's unit, never negative (= max - min of the group
   means);
@@ -45,6 +46,8 @@ from nnunet_dro.evaluation.groups import NOT_IN_TABLE
 from nnunet_dro.evaluation.metrics import METRIC_INFO
 
 STATISTICS = ("gap", "ratio", "equity_scaled")
+#: best_group and worst_group when every group has the same mean
+ALL_TIED = "(all groups tie)"
 
 
 def uses_equity_scaling(metric: str) -> bool:
@@ -81,8 +84,12 @@ def gap_statistics(values: dict[str, np.ndarray], higher_is_better: bool, percen
     overall = np.concatenate(list(values.values())).mean()
     best = int(np.argmax(means) if higher_is_better else np.argmin(means))
     worst = int(np.argmin(means) if higher_is_better else np.argmax(means))
-    result.update(overall_mean=float(overall), best_group=names[best], best_mean=float(means[best]),
-                  worst_group=names[worst], worst_mean=float(means[worst]))
+    # Every group at the same mean: no group is best or worst ("best group control, worst group
+    # control" named one group twice); float rounding of equal means counts as a tie.
+    tied = bool(np.ptp(means) <= 1e-9 * max(1.0, float(np.abs(means).max())))
+    result.update(overall_mean=float(overall), best_group=ALL_TIED if tied else names[best],
+                  best_mean=float(means[best]), worst_group=ALL_TIED if tied else names[worst],
+                  worst_mean=float(means[worst]))
     result.update({k: float(v) for k, v in _from_means(means, np.asarray(overall), percent_scale).items()})
     return result
 

@@ -94,6 +94,7 @@ class GroupAssignment:
     rows_without_reference: list[str] = field(default_factory=list)
     cases_without_value: dict[str, list[str]] = field(default_factory=dict)
     skipped_continuous_columns: list[str] = field(default_factory=list)
+    missing_markers: dict[str, list[str]] = field(default_factory=dict)  # column -> markers read as no value
 
     @property
     def column_names(self) -> list[str]:
@@ -121,6 +122,11 @@ def _case_id(name: str) -> str:
     """``case_001.nii.gz`` -> ``case_001``; a name without a known ending stays as it is."""
     split = split_case_id(name)
     return split[0] if split else name
+
+
+#: Cell texts that mean "no value" in tables written by pandas, R, spreadsheets or by hand (compared
+#: without case): read as such, they would each become a group of the cases that lack a value.
+MISSING_MARKERS = frozenset({"nan", "na", "n/a", "none", "null", "-", "--", "?", "#n/a"})
 
 
 def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases: list[str],
@@ -157,6 +163,7 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
     labels: dict[str, dict[str, str | None]] = {}
     order: dict[str, list[str]] = {}
     without_value: dict[str, list[str]] = {}
+    markers: dict[str, list[str]] = {}
     for g in columns:
         per_case: dict[str, str | None] = {}
         for case in cases:
@@ -164,7 +171,10 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
                 per_case[case] = NOT_IN_TABLE
                 continue
             raw = table.at[case, g.column]
-            if raw is None or (isinstance(raw, float) and np.isnan(raw)) or str(raw).strip() == "":
+            marker = raw is not None and str(raw).strip().lower() in MISSING_MARKERS
+            if marker and str(raw).strip() not in markers.setdefault(g.column, []):
+                markers[g.column].append(str(raw).strip())
+            if raw is None or (isinstance(raw, float) and np.isnan(raw)) or str(raw).strip() == "" or marker:
                 if case in known:
                     without_value.setdefault(g.column, []).append(case)
                 per_case[case] = None
@@ -190,7 +200,8 @@ def assign_groups(path: str, case_column: str, group_by: list[str] | None, cases
     return GroupAssignment(columns=columns, labels=labels, order=order,
                            cases_not_in_table=sorted(evaluated - known),
                            rows_without_reference=sorted(known - evaluated),
-                           cases_without_value=without_value, skipped_continuous_columns=skipped)
+                           cases_without_value=without_value, skipped_continuous_columns=skipped,
+                           missing_markers={c: m for c, m in markers.items() if m})
 
 
 def check_table_covers_cases(path: str, case_column: str, cases: list[str], rows: list[str]) -> None:

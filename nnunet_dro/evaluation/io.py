@@ -4,7 +4,8 @@ Files are matched by nnU-Net case identifier: the file name without its ending
 (``BraTS19_001.nii.gz`` -> ``BraTS19_001``). NIfTI files are read with nibabel (one read,
 integer labels kept as integers, a truncated file is an error), NRRD, MHA and GIPL with SimpleITK;
 PNG/BMP/TIFF go through nnU-Net's own reader classes. Geometry follows SimpleITK's conventions
-(numpy axis order z, y, x; LPS origin and direction) whatever the reader.
+(numpy axis order z, y, x; LPS origin and direction) whatever the reader; a NIfTI's geometry is
+SimpleITK's reading of its header (qform or sform as SimpleITK, and so nnU-Net, chooses).
 
 >>> split_case_id("case_001.nii.gz")
 ('case_001', '.nii.gz')
@@ -48,8 +49,9 @@ class Geometry:
 
     @property
     def diagonal_mm(self) -> float:
-        """Length of the image's diagonal in mm: the worst value HD95 can take on this grid."""
-        return float(math.sqrt(sum((n * s) ** 2 for n, s in zip(self.shape, self.spacing))))
+        """Length of the image's diagonal in mm: the worst value HD95 can take on this grid (over
+        its real dimensions, as the surfaces: a one-slice 2D image's slice thickness is no part of it)."""
+        return float(math.sqrt(sum((n * s) ** 2 for n, s in zip(self.shape, self.spacing) if n > 1)))
 
 
 def split_case_id(filename: str) -> tuple[str, str] | None:
@@ -68,18 +70,27 @@ def list_segmentations(folder: str, what: str, file_ending: str | None = None) -
 
     Other files (summary.json, plans, .npz/.pkl probabilities) are ignored. ``what`` names the
     folder in error messages (e.g. ``"reference folder"``).
+
+    With ``file_ending`` (dataset.json's), every label file of the folder must have that ending: a
+    folder holding some files of another ending (``.nii`` beside ``.nii.gz``) is a UserError naming
+    them, never a smaller set of cases (3 gunzipped references of 30 used to vanish, exit 0,
+    n = 27); nnU-Net's own evaluator stops there too.
     """
     if not os.path.exists(folder):
         raise UserError(f"{what} does not exist: {folder}")
     if not os.path.isdir(folder):
         raise UserError(f"{what} is not a folder: {folder}")
     cases: dict[str, str] = {}
+    other_endings: list[str] = []
     for name in sorted(os.listdir(folder)):
         split = split_case_id(name)
-        if split is None or (file_ending is not None and split[1].lower() != file_ending.lower()):
+        if split is None:
             continue
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
+            continue
+        if file_ending is not None and split[1].lower() != file_ending.lower():
+            other_endings.append(name)
             continue
         case = split[0]
         if case in cases:
@@ -89,6 +100,11 @@ def list_segmentations(folder: str, what: str, file_ending: str | None = None) -
     if not cases:
         endings = file_ending or ", ".join(SEGMENTATION_ENDINGS)
         raise UserError(f"{what} {folder} contains no segmentation files ({endings}){_seen(folder, file_ending)}")
+    if other_endings:
+        seen = " or ".join(sorted({split_case_id(name)[1].lower() for name in other_endings}))
+        raise UserError(f"{what} {folder}: {len(other_endings)} of {len(other_endings) + len(cases)} label files end "
+                        f"in {seen}, not in {file_ending} as the dataset.json of the references says (e.g. "
+                        f"{other_endings[0]}); nnU-Net reads only {file_ending}: write every file as {file_ending}")
     return cases
 
 
@@ -156,8 +172,12 @@ def _read_nifti(path: str) -> tuple[np.ndarray, Geometry]:
     """NIfTI through nibabel from the decompressed bytes: ``gzip`` checks the stream's length and
     CRC, so a truncated or corrupt ``.nii.gz`` is an error (SimpleITK silently zero-fills it).
 
-    The array is transposed to SimpleITK's axis order (a view) and origin/direction converted from
-    nibabel's RAS affine to SimpleITK's LPS convention, so both readers give the same Geometry.
+    The array is transposed to SimpleITK's axis order (a view). Spacing, origin and direction are
+    SimpleITK's own reading of the header (``ReadImageInformation``: no pixels read), the geometry
+    nnU-Net itself uses: where qform and sform differ (e.g. sform_code 2), nibabel's affine is the
+    sform and SimpleITK's the qform, and a valid nnU-Net prediction (written with SimpleITK's
+    geometry) was refused as an "origin mismatch". nibabel's affine, converted from RAS to LPS, is
+    used only for a header SimpleITK refuses.
     """
     import gzip
 
@@ -187,6 +207,9 @@ def _read_nifti(path: str) -> tuple[np.ndarray, Geometry]:
     if array.ndim > 3:
         raise UserError(f"{path}: not a label map ({array.ndim}D image of shape {array.shape})")
     ndim = array.ndim
+    geometry = _sitk_geometry(path, array.T.shape)
+    if geometry is not None:
+        return _as_integer_labels(array.T, path), geometry
     zooms = [float(z) for z in image.header.get_zooms()[:ndim]]
     affine = image.affine
     rotation = affine[:3, :3] / np.where(np.linalg.norm(affine[:3, :3], axis=0) > 0,
@@ -199,6 +222,24 @@ def _read_nifti(path: str) -> tuple[np.ndarray, Geometry]:
                         origin=tuple(float(v) for v in origin[:ndim]),
                         direction=tuple(float(v) for v in direction[:ndim, :ndim].ravel()))
     return _as_integer_labels(array, path), geometry
+
+
+def _sitk_geometry(path: str, shape: tuple[int, ...]) -> Geometry | None:
+    """The file's geometry as SimpleITK reads it (header only), for an array of ``shape`` (numpy
+    order); None if SimpleITK cannot read the header."""
+    reader = sitk.ImageFileReader()
+    reader.SetFileName(path)
+    try:
+        reader.ReadImageInformation()
+    except RuntimeError:
+        return None
+    ndim, dimension = len(shape), reader.GetDimension()
+    if dimension < ndim:
+        return None
+    direction = np.asarray(reader.GetDirection(), float).reshape(dimension, dimension)[:ndim, :ndim]
+    return Geometry(shape=tuple(shape), spacing=tuple(float(v) for v in reader.GetSpacing()[:ndim][::-1]),
+                    origin=tuple(float(v) for v in reader.GetOrigin()[:ndim]),
+                    direction=tuple(float(v) for v in direction.ravel()))
 
 
 def _read_with_nnunet_reader(path: str) -> tuple[np.ndarray, Geometry]:
@@ -225,14 +266,19 @@ def _read_with_nnunet_reader(path: str) -> tuple[np.ndarray, Geometry]:
 def check_same_geometry(case: str, reference: Geometry, prediction: Geometry, method: str) -> None:
     """Reference and prediction must share the grid; a mismatch raises UserError naming the case."""
     where = f"case {case!r} (method {method})"
+    # Shape and spacing are printed in x, y, z order, as origin and direction are (SimpleITK's,
+    # ITK-SNAP's and the NIfTI header's order): a (z, y, x) spacing beside an (x, y, z) origin
+    # made a reader compare the wrong axes.
+    axes = "(x, y, z)" if len(reference.shape) == 3 else "(x, y)" if len(reference.shape) == 2 else ""
     if reference.shape != prediction.shape:
-        raise UserError(f"{where}: shape mismatch, reference {reference.shape} vs prediction {prediction.shape}")
+        raise UserError(f"{where}: shape mismatch {axes}, reference {tuple(reference.shape[::-1])} vs prediction "
+                        f"{tuple(prediction.shape[::-1])}")
     if not np.allclose(reference.spacing, prediction.spacing, rtol=0, atol=SPACING_ORIGIN_ATOL):
-        raise UserError(f"{where}: spacing mismatch, reference {_fmt(reference.spacing)} "
-                        f"vs prediction {_fmt(prediction.spacing)}")
+        raise UserError(f"{where}: spacing mismatch {axes}, reference {_fmt(reference.spacing[::-1])} "
+                        f"vs prediction {_fmt(prediction.spacing[::-1])}")
     if reference.origin is not None and prediction.origin is not None and \
             not np.allclose(reference.origin, prediction.origin, rtol=0, atol=SPACING_ORIGIN_ATOL):
-        raise UserError(f"{where}: origin mismatch, reference {_fmt(reference.origin)} "
+        raise UserError(f"{where}: origin mismatch {axes}, reference {_fmt(reference.origin)} "
                         f"vs prediction {_fmt(prediction.origin)}")
     if reference.direction is not None and prediction.direction is not None and \
             not np.allclose(reference.direction, prediction.direction, rtol=0, atol=DIRECTION_ATOL):

@@ -179,9 +179,19 @@ def surface_distances(reference_mask: np.ndarray, prediction_mask: np.ndarray,
     Nearest neighbours of the surface voxels' centres in mm (a k-d tree): the same Euclidean
     distances a distance transform of the other surface gives at those voxels, at a cost that
     grows with the number of surface voxels instead of the volume of their bounding box.
+
+    Surfaces are taken over the image's real dimensions: axes of length 1 are dropped first. A 2D
+    case stored as a one-slice NIfTI (1, y, x) would otherwise have every pixel on the surface
+    (each has a z-neighbour outside the image), and its HD95 and NSD would differ from the same
+    case as a PNG (and from MONAI's 2D values).
     """
     from scipy.spatial import cKDTree
 
+    real = [axis for axis, n in enumerate(reference_mask.shape) if n > 1] or [reference_mask.ndim - 1]
+    if len(real) < reference_mask.ndim:
+        shape = tuple(reference_mask.shape[a] for a in real)
+        reference_mask, prediction_mask = reference_mask.reshape(shape), prediction_mask.reshape(shape)
+        spacing = [spacing[a] for a in real]
     box = _bounding_box(reference_mask | prediction_mask)
     scale = np.asarray([float(s) for s in spacing])
     ref_points = np.argwhere(_surface(reference_mask[box])) * scale
@@ -226,10 +236,10 @@ def nsd_percent(reference_mask: np.ndarray, prediction_mask: np.ndarray, spacing
     Euclidean in mm between voxel centres. A voxel-based approximation of the surfel-area version
     of Nikolov et al. (arXiv:1809.04430): each surface voxel weighs the same.
 
-    >>> a = np.zeros((1, 1, 9), bool); a[0, 0, :4] = True  # one voxel thick: every voxel is surface
-    >>> b = np.zeros((1, 1, 9), bool); b[0, 0, 2:8] = True
-    >>> nsd_percent(a, b, (1.0, 1.0, 1.0), 1.0)  # 3 of a's 4 voxels, 3 of b's 6 within 1 mm
-    60.0
+    >>> a = np.zeros((1, 1, 9), bool); a[0, 0, :4] = True  # a 1 x 1 x 9 image is one-dimensional:
+    >>> b = np.zeros((1, 1, 9), bool); b[0, 0, 2:8] = True  # a run's surface is its two ends
+    >>> nsd_percent(a, b, (1.0, 1.0, 1.0), 1.0)  # a's end 3 and b's end 2 are within 1 mm, 0 and 7 not
+    50.0
     """
     return nsd_from_distances(*surface_distances(reference_mask, prediction_mask, spacing), tolerance_mm)
 

@@ -50,7 +50,9 @@ class RegionSpec:
     ``declared_labels`` is ``None`` when the allowed values are decided from the data (default and
     inline specs: background, the labels named, and every value present in the references).
     ``ignore_label`` (from a dataset.json) marks reference voxels left out of every metric, as in
-    nnU-Net.
+    nnU-Net. ``nsd_tolerance_mm`` is a preset's own NSD tolerance (None: the evaluation's default);
+    it is a field, not a lookup by ``source``, so that it survives :func:`check_preset_fits_dataset`
+    (which rewrites the source) and any other ``replace``.
     """
 
     source: str
@@ -59,31 +61,33 @@ class RegionSpec:
     ignore_label: int | None = None
     file_ending: str | None = None
     extra_labels: frozenset[int] = field(default_factory=frozenset)
+    nsd_tolerance_mm: float | None = None
 
     def as_json(self) -> dict:
         return {"source": self.source,
                 "regions": None if self.regions is None else {r.name: list(r.labels) for r in self.regions},
                 "declared_labels": None if self.declared_labels is None else sorted(self.declared_labels),
-                "ignore_label": self.ignore_label}
+                "ignore_label": self.ignore_label, "nsd_tolerance_mm": self.nsd_tolerance_mm}
 
 
 # FeTA labels: 1 external CSF, 2 grey matter, 3 white matter, 4 ventricles (intra-axial CSF),
 # 5 cerebellum, 6 deep grey matter, 7 brainstem. The paper reports the three regions below.
+# NSD tolerances: two voxels at the usual resolution (FeTA's 0.5 mm reconstructions, BraTS's 1 mm).
 PRESETS: dict[str, RegionSpec] = {
     "feta": RegionSpec(
         source="preset feta",
         regions=(Region("white_matter", (3,)), Region("intra_axial_csf", (4,)), Region("cerebellum", (5,))),
-        declared_labels=frozenset(range(8))),
+        declared_labels=frozenset(range(8)), nsd_tolerance_mm=1.0),
     # Legacy BraTS labels: 1 necrosis / non-enhancing tumour, 2 oedema, 4 enhancing tumour.
     "brats": RegionSpec(
         source="preset brats",
         regions=(Region("ET", (4,)), Region("TC", (1, 4)), Region("WT", (1, 2, 4))),
-        declared_labels=frozenset({0, 1, 2, 4})),
+        declared_labels=frozenset({0, 1, 2, 4}), nsd_tolerance_mm=2.0),
     # nnU-Net's conversion of BraTS (Dataset137): 1 oedema, 2 non-enhancing/necrosis, 3 enhancing.
     "brats-nnunet": RegionSpec(
         source="preset brats-nnunet",
         regions=(Region("ET", (3,)), Region("TC", (2, 3)), Region("WT", (1, 2, 3))),
-        declared_labels=frozenset({0, 1, 2, 3})),
+        declared_labels=frozenset({0, 1, 2, 3}), nsd_tolerance_mm=2.0),
 }
 
 

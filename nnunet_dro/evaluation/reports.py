@@ -156,7 +156,11 @@ def _json_default(value):
 
 def policy_line(result: EvaluationResult) -> str:
     s = result.settings
-    return f"Empty masks: {s['empty_policy_text']}. Missing predictions: {s['missing_policy_text']}."
+    # The NSD tolerance decides every NSD value: it goes wherever the policies go (terminal, table.md,
+    # table.tex), not only into summary.json.
+    tolerance = s.get("nsd_tolerance_mm")
+    nsd = f" NSD tolerance: {tolerance:g} mm." if tolerance is not None else ""
+    return f"Empty masks: {s['empty_policy_text']}. Missing predictions: {s['missing_policy_text']}.{nsd}"
 
 
 def cross_validation_lines(result: EvaluationResult) -> list[str]:
@@ -411,6 +415,12 @@ def gap_lines(result: EvaluationResult, metric: str) -> list[str]:
                 parts.append(f"{region}: {best['method']} smaller by {-best['gap_change']:.{_decimals(metric)}f}, "
                              f"its interval includes no change (Δ gap {change}; {base} gap "
                              f"{base_gap:.{_decimals(metric)}f})")
+            elif best["gap_change"] < 0 and not interval_known:
+                # no uncertainty (bootstrap off): on groups of a few cases a smaller gap is often
+                # resampling noise, so the line states the difference and makes no claim
+                parts.append(f"{region}: {best['method']}'s gap {-best['gap_change']:.{_decimals(metric)}f} smaller "
+                             f"on these cases, no interval (--bootstrap N tells whether it is more than chance; "
+                             f"Δ gap {change}; {base} gap {base_gap:.{_decimals(metric)}f})")
             elif best["gap_change"] < 0:
                 parts.append(f"{region}: {best['method']} shrank it by {-best['gap_change']:.{_decimals(metric)}f} "
                              f"(Δ gap {change}; {base} gap {base_gap:.{_decimals(metric)}f})")
@@ -578,8 +588,14 @@ def write_disparity_figure(path: Path, result: EvaluationResult, metric: str) ->
     """Per group column and region (one panel each): each method's group means (filled) and
     CVaR10 (open), with their case-resampling bootstrap intervals when ``--bootstrap`` was given,
     and the gap between its best and worst group mean drawn as a bracket at the right."""
+    disparity_figure(result, metric).savefig(path, dpi=100)
+
+
+def disparity_figure(result: EvaluationResult, metric: str):
+    """The figure of :func:`write_disparity_figure` (a matplotlib Figure on an Agg canvas)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.transforms import blended_transform_factory
 
     summary = result.summary[(result.summary["metric"] == metric) & (result.summary["group_column"] != ALL)]
     disparity = result.disparity[result.disparity["metric"] == metric]
@@ -596,6 +612,7 @@ def write_disparity_figure(path: Path, result: EvaluationResult, metric: str) ->
         axis = figure.add_subplot(rows, ncols, k + 1)
         data = summary[(summary["group_column"] == column) & (summary["region"] == region)]
         groups = list(dict.fromkeys(data["group"]))
+        labels = []  # (method index, bracket x, bracket middle, text): placed once the limits are known
         for i, method in enumerate(methods):
             rows_m = data[data["method"] == method].set_index("group").reindex(groups)
             x = np.arange(len(groups)) - 0.4 + step * (i + 0.5)
@@ -614,9 +631,16 @@ def write_disparity_figure(path: Path, result: EvaluationResult, metric: str) ->
                 g = gap.iloc[0]
                 bracket_x = len(groups) - 0.35 + 0.12 * i
                 axis.plot([bracket_x] * 2, [g["worst_mean"], g["best_mean"]], color=f"C{i}", linewidth=2)
-                axis.annotate(f"gap {g['gap']:.{_decimals(metric)}f}", (bracket_x, (g["worst_mean"] + g["best_mean"]) / 2),
-                              xytext=(3, 0), textcoords="offset points", fontsize=7, color=f"C{i}",
-                              rotation=90, va="center")
+                labels.append((i, bracket_x, (g["worst_mean"] + g["best_mean"]) / 2,
+                               f"gap {g['gap']:.{_decimals(metric)}f}"))
+        # The gap's label beside its bracket, its centre kept within 20-80 % of the panel's height:
+        # centred on a bracket near the top (Dice near 100) it ran past the panel and was cut off.
+        low, high = axis.get_ylim()
+        data_x_axes_y = blended_transform_factory(axis.transData, axis.transAxes)
+        for i, bracket_x, middle, text in labels:
+            fraction = min(max((middle - low) / (high - low) if high > low else 0.5, 0.2), 0.8)
+            axis.annotate(text, (bracket_x, fraction), xycoords=data_x_axes_y, xytext=(3, 0),
+                          textcoords="offset points", fontsize=7, color=f"C{i}", rotation=90, va="center")
         axis.set_xticks(range(len(groups)))
         axis.set_xticklabels(groups, rotation=30, ha="right", fontsize=8)
         axis.set_xlim(-0.6, len(groups) + 0.2 + 0.12 * len(methods))
@@ -629,4 +653,4 @@ def write_disparity_figure(path: Path, result: EvaluationResult, metric: str) ->
                   frameon=False)
     figure.suptitle(f"{METRIC_TITLES[metric]}: group mean (filled) and {CVAR_COLUMN} (open), {intervals}; "
                     f"bar: gap best - worst group", fontsize=8, x=0.99, ha="right")
-    figure.savefig(path, dpi=100)
+    return figure

@@ -178,3 +178,11 @@ def _check_training_cases(reference: str | Path, cases: Sequence[str]) -> None:
         raise UserError(f"{len(outside)} scored case(s) are not training cases of {labels_tr.parent.name} (not in "
                         f"{labels_tr}): {', '.join(outside[:3])}{' ...' if len(outside) > 3 else ''}; JTT weights "
                         f"training cases only")
+    # nnUNetTrainerCaseWeights needs a row for every training case of its fold: a table of some
+    # folds' validation cases (-f 0) stopped the second training at its start
+    unscored = sorted(training - set(cases))
+    if unscored:
+        raise UserError(f"{len(unscored)} of the {len(training)} training cases of {labels_tr.parent.name} have no "
+                        f"score ({', '.join(unscored[:3])}{' ...' if len(unscored) > 3 else ''}): the second "
+                        f"training needs a weight for every training case and an unscored case cannot be ranked; "
+                        f"score them all (with a trainer folder: leave -f out, or name every fold)")

@@ -140,8 +140,8 @@ def _break(kind: str, root, raw, folder):
         return ["--folds", "0", "3"], f"--folds: {folder} has no fold_3 (fold_N folders present: 0, 1)"
     if kind == "a fold's case missing":
         (fold1 / "case_004.nii.gz").unlink()
-        return [], ("CV has no prediction for 1 case(s) in the validation of fold 0, 1 (evaluate these folds' cases "
-                    "only with --folds): case_004 (use --missing worst or --missing skip to go on)")
+        return [], ("CV has no prediction for 1 case(s) in the validation of fold 0, 1 (is every fold finished? "
+                    "a fold's validation is written at the end of its training): case_004")
     if kind == "summary.json lists a case without file":
         (fold1 / "summary.json").write_text(json.dumps({"metric_per_case": [
             {"reference_file": f"/gt/{c}.nii.gz", "prediction_file": f"/p/{c}.nii.gz", "metrics": {"1": {"Dice": 1}}}

@@ -3,6 +3,11 @@
 The CLI runs in its own session; the test finds its worker processes in /proc (children of its
 forkserver), kills one while the cases are being read, and checks what a user would see: a
 prompt exit with one line, no report, no process and no semaphore left behind.
+
+Each fault lands by construction, never by a race against the machine's speed: a start-up hook
+(``hold_hook/sitecustomize.py``, on the CLI's PYTHONPATH) holds the worker that starts HELD_CASE
+inside that case until the test kills it (or, for Ctrl-C, releases it after the signal), so the
+evaluation cannot finish before the fault arrives.
 """
 from __future__ import annotations
 
@@ -13,32 +18,28 @@ import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from eval_testdata import PYTHON, make_cohort, perturb, random_label_map, write_label_map
+from eval_testdata import PYTHON, make_cohort
 from nnunet_dro.evaluation.metrics import CaseTask
 from nnunet_dro.evaluation.workers import _dead_worker_message
-from proc_tools import (SHM, RunningCli, SemaphoreWatch, descendants_of, ignores_signal, resident_mb,
-                        semaphores_left, semaphores_of, wait_until_gone)
+from proc_tools import (SHM, RunningCli, SemaphoreWatch, descendants_of, ignores_signal, semaphores_left,
+                        semaphores_of, wait_until_gone)
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists() or not SHM.is_dir(),
                                 reason="watches processes and semaphores through Linux's /proc and /dev/shm")
 
-N_CASES = 240  # about 8 s of reading on 2 busy cores: the faults arrive long before the end
-# One large case among the small ones: its HD95 keeps a worker busy for seconds, with a few hundred
-# MB more memory than between cases, so a test can see that a worker is inside it and kill it there.
-LARGE_CASE, LARGE_SHAPE = "case_060", (224, 224, 224)
+N_CASES = 40
+# The case whose worker the hook holds: after enough others that reading has visibly started
+# (the progress bar counts cases done while it is held) and before the last.
+HELD_CASE = "case_020"
+HOOK = Path(__file__).resolve().parent / "hold_hook"
 
 
 @pytest.fixture(scope="module")
 def big_cohort(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     ref, preds = make_cohort(root, n_cases=N_CASES, methods=("A",), shape=(32, 32, 32))
-    rng = np.random.default_rng(1)
-    truth = random_label_map(rng, LARGE_SHAPE)
-    write_label_map(ref / f"{LARGE_CASE}.nii.gz", truth)
-    write_label_map(preds["A"] / f"{LARGE_CASE}.nii.gz", perturb(rng, truth, 0.05))
     return ref, preds["A"]
 
 
@@ -64,14 +65,21 @@ def _assert_no_semaphore_left(watch: SemaphoreWatch) -> None:
     assert not leaked, leaked
 
 
-def _env():
-    return dict(os.environ, OMP_NUM_THREADS="1", nnUNet_def_n_proc="2")
+def _env(hold_file: Path | None = None):
+    env = dict(os.environ, OMP_NUM_THREADS="1", nnUNet_def_n_proc="2")
+    if hold_file is not None:  # the hook holds the worker of HELD_CASE (see the module docstring)
+        env.update(PYTHONPATH=os.pathsep.join([str(HOOK)] + [p for p in [env.get("PYTHONPATH")] if p]),
+                   NNUNET_DRO_TEST_HOLD_CASE=HELD_CASE, NNUNET_DRO_TEST_HOLD_FILE=str(hold_file))
+    return env
 
 
-def _reading_started(cli: RunningCli):
-    """Cases read so far, from the CLI's own progress bar, once at least two are done."""
-    counts = [int(n) for n in re.findall(r"Reading cases:.*?\b(\d+)/%d" % N_CASES, cli.stderr)]
-    return counts and max(counts) >= 2
+def _held_worker(cli: RunningCli, hold_file: Path, timeout: float = 60.0) -> int:
+    """The pid of the worker held inside HELD_CASE, once it is there (it stays there: the CLI
+    cannot finish before the test kills or releases it, so this waits on no race)."""
+    cli.wait_for(lambda c: hold_file.exists(), timeout=timeout)
+    pid = int(hold_file.read_text())
+    assert pid in _workers(cli), (pid, _workers(cli))
+    return pid
 
 
 def _workers(cli: RunningCli) -> list[int]:
@@ -79,38 +87,19 @@ def _workers(cli: RunningCli) -> list[int]:
     return [pid for pid, depth in descendants_of(cli.process.pid).items() if depth == 2]
 
 
-def _start(ref, pred, out) -> tuple[RunningCli, SemaphoreWatch, dict[int, int]]:
+def _start(ref, pred, out, hold_file: Path) -> tuple[RunningCli, SemaphoreWatch, dict[int, int]]:
     cli = RunningCli("evaluate", "-ref", ref, "-pred", f"A={pred}", "-o", out, "-np", "2",
-                     "--metrics", "dice", "hd95", env=_env())
+                     "--metrics", "dice", "hd95", env=_env(hold_file))
     watch = SemaphoreWatch(cli.process.pid)  # its own session: the session id is its pid
     _WATCHES.append(watch)
-    cli.wait_for(_reading_started)
+    # reading has started once a worker is inside HELD_CASE (the progress bar is no signal: tqdm
+    # prints at most every 0.1 s, so the cases before the held one may never show)
+    cli.wait_for(lambda c: hold_file.exists())
     cli.wait_for(lambda c: len(_workers(c)) == 2)
     tree = descendants_of(cli.process.pid)
     assert set().union(*(semaphores_of(p) for p in [cli.process.pid, *tree])), \
         "expected the pool's queues to hold named semaphores"
     return cli, watch, tree
-
-
-def _kill_the_worker_inside_the_large_case(cli: RunningCli, timeout: float = 60.0) -> int:
-    """SIGKILL the worker reading LARGE_CASE, once its memory shows it is inside the case.
-
-    Killing any worker at some moment could land between two cases (idle, waiting for its next
-    task on a busy machine); the large case's HD95 takes seconds at 100+ MB above a worker's
-    memory between cases, so this kill lands inside it however busy the machine is.
-    """
-    workers = _workers(cli)  # the executor does not replace its workers
-    threshold = max(resident_mb(pid) for pid in workers) + 100
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for pid in workers:
-            if resident_mb(pid) > threshold:
-                os.kill(pid, signal.SIGKILL)
-                return pid
-        if cli.process.poll() is not None:
-            break
-        time.sleep(0.01)
-    raise AssertionError(f"no worker grew by 100 MB (the large case); stderr so far:\n{cli.stderr}")
 
 
 def _previous_report(out: Path) -> bytes:
@@ -123,8 +112,10 @@ def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, t
     ref, pred = big_cohort
     out = tmp_path / "report"
     previous = _previous_report(out)
-    cli, watch, tree = _start(ref, pred, out)
-    victim = _kill_the_worker_inside_the_large_case(cli)
+    hold_file = tmp_path / "held.pid"
+    cli, watch, tree = _start(ref, pred, out, hold_file)
+    victim = _held_worker(cli, hold_file)
+    os.kill(victim, signal.SIGKILL)  # inside HELD_CASE by construction
     killed_at = time.monotonic()
     # the Pool it replaces waited forever; finish() fails if the CLI is not gone within a minute
     # (a bound on hanging, not a speed claim: a busy machine may take seconds)
@@ -140,7 +131,7 @@ def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, t
                          r"the cases (case_\d{3}(, case_\d{3})+) were being read) \(killed by a signal.*", lines[0])
     assert match, lines[0]
     # the victim's case among those named (the other worker may be in the middle of one too)
-    assert LARGE_CASE in (match.group(2) or match.group(3)).split(", "), lines[0]
+    assert HELD_CASE in (match.group(2) or match.group(3)).split(", "), lines[0]
     assert sorted(p.name for p in out.iterdir()) == ["summary.csv"]  # no partial report, old one intact
     assert (out / "summary.csv").read_bytes() == previous
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder
@@ -168,12 +159,16 @@ def test_dead_worker_message_names_the_cases_in_flight(reading, received, where)
 def test_ctrl_c_is_handled_once_by_the_parent(big_cohort, tmp_path):
     ref, pred = big_cohort
     out = tmp_path / "report"
-    cli, watch, tree = _start(ref, pred, out)
+    hold_file = tmp_path / "held.pid"
+    cli, watch, tree = _start(ref, pred, out, hold_file)
+    _held_worker(cli, hold_file)  # the evaluation cannot end before the signal
     # Ctrl-C in a terminal signals the whole process group; only the CLI itself should react.
     cli.wait_for(lambda c: all(ignores_signal(pid, signal.SIGINT) for pid in _workers(c)))
     assert not ignores_signal(cli.process.pid, signal.SIGINT)
     os.killpg(cli.process.pid, signal.SIGINT)
     interrupted_at = time.monotonic()
+    # let the held worker finish its case: the pool's shutdown waits for the case in progress
+    Path(f"{hold_file}.release").touch()
     code = cli.finish(timeout=60)
     print(f"exit {code} {time.monotonic() - interrupted_at:.2f} s after Ctrl-C")
     assert code == 130, cli.stderr
@@ -204,12 +199,14 @@ def main():
     original_enter, calls = _base._AcquireFutures.__enter__, []
 
     def enter_then_ctrl_c(self):
-        # take the first lock, then the user presses Ctrl-C (on the 20th wait, cases being read)
+        # take the first lock, then the user presses Ctrl-C (on the 20th wait, cases being read:
+        # the hook holds one case until the release below, so the 20th wait comes before the end)
         calls.append(1)
         futures = list(self.futures)
         futures[0]._condition.acquire()
         if len(calls) == 20:
             os.kill(os.getpid(), signal.SIGINT)
+            open(os.environ["NNUNET_DRO_TEST_HOLD_FILE"] + ".release", "w").close()
         for future in futures[1:]:
             future._condition.acquire()
 
@@ -233,7 +230,8 @@ def test_ctrl_c_while_the_parent_holds_the_futures_locks_is_no_deadlock(big_coho
     script.write_text(_CTRL_C_WHILE_FUTURES_ARE_LOCKED)
     # SIGINT at its default, as in a terminal; its own session, so that a hang leaves nothing behind
     process = subprocess.Popen([str(PYTHON), str(script), str(ref), str(pred)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True,
+                               stderr=subprocess.PIPE, text=True, env=_env(tmp_path / "held.pid"),
+                               start_new_session=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         stdout, stderr = process.communicate(timeout=120)

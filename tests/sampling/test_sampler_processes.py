@@ -46,13 +46,14 @@ def test_worker_draws_follow_the_parents_update(method):
     assert stats.chisquare(counts, stale).pvalue < 1e-12
 
 
-def _hammer_draws(sampler, stop, results):
+def _hammer_draws(sampler, stop, results, drawing):
     bad = 0
     total = 0
     while not stop.is_set():
         idx = sampler.sample(4)
         bad += int(((idx < 0) | (idx >= sampler.num_cases)).sum())
         total += idx.size
+        drawing.set()  # the owner starts writing only once every reader draws
     results.put((bad, total, bool(np.all(np.isfinite(sampler.probabilities())))))
 
 
@@ -61,9 +62,13 @@ def test_readers_never_see_invalid_indices_while_the_owner_writes():
     rng = np.random.default_rng(0)
     with HardnessWeightedSampler(1000, beta=100.0, shared=True, seed=0) as s:
         stop, results = ctx.Event(), ctx.Queue()
-        readers = [ctx.Process(target=_hammer_draws, args=(s, stop, results)) for _ in range(2)]
+        drawing = [ctx.Event() for _ in range(2)]
+        readers = [ctx.Process(target=_hammer_draws, args=(s, stop, results, d)) for d in drawing]
         for r in readers:
             r.start()
+        # by construction, not by the machine's speed: on a busy machine the 3000 writes could end
+        # (and stop be set) before a reader had drawn once, and the test would check nothing
+        assert all(d.wait(timeout=120) for d in drawing), "a reader never started drawing"
         for step in range(3000):
             idx = rng.integers(0, 1000, 4)
             # alternate wild scales so that re-centring rebuilds happen under the readers

@@ -131,3 +131,18 @@ def test_predictions_of_test_cases_are_refused(world):
     done = jtt("-pred", root / "pred_ts", "-ref", dataset / "labelsTs", "-o", out, "-np", "1")
     assert done.returncode == 2 and "holds the dataset's test cases" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_some_folds_only_is_refused_before_a_table_no_second_training_can_use(world):
+    """``jtt -f 0`` wrote the weights of fold 0's validation cases only: nnUNetTrainerCaseWeights
+    then stopped at its start (no row for the other training cases). Issue 80 item 13."""
+    root, raw, folder = world
+    out = root / "case_weights.tsv"
+    done = jtt("-pred", folder, "-o", out, "-np", "1", "-f", "0")
+    assert done.returncode == 2, done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+    assert ("3 of the 6 training cases of Dataset201_FeTA3 have no score (case_003, case_004, case_005): the second "
+            "training needs a weight for every training case") in done.stderr, done.stderr
+    done = jtt("-pred", folder, "-o", out, "-np", "1", "-f", "0", "1")  # every fold: the table is whole
+    assert done.returncode == 0, done.stderr
+    assert read_case_weights(out, sorted(CASES), sorted(CASES)).size == len(CASES)

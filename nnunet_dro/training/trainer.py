@@ -19,8 +19,11 @@ What changes compared with ``nnUNetTrainer`` (everything else is nnU-Net's):
   draw counts, RNG state, beta, running mean of the weights) and the per-epoch statistics live in
   nnU-Net's checkpoint under ``'dro_state'``, so ``--c`` (applied right after initialisation)
   restores them before the data loaders start.
-- **DDP.** Ranks all-gather their (case, loss, draw beta) triples every iteration, so every rank
-  holds the same state; each rank draws from its own RNG stream; only rank 0 writes files.
+- **DDP.** Every rank starts from rank 0's state (broadcast at the end of ``initialize()``: the
+  tie-breaking noise of ``L_init`` would otherwise differ), and ranks all-gather their (case, loss,
+  draw beta) triples every iteration, so every rank holds the same state; each rank draws from its
+  own RNG stream, saved per rank in the checkpoint and given back to that rank by ``--c``; only
+  rank 0 writes files.
 - **Observability.** Each epoch the log shows beta, the perplexity and effective sample size of
   p, max p, the fraction of clipped importance weights, the hardest cases and the stability count
   (:mod:`nnunet_dro.training.stability`); the fold folder gets ``dro_hardness.csv`` and
@@ -127,6 +130,46 @@ def check_settings_attributes(cls: type) -> None:
                 raise RuntimeError(f"{klass.__name__}.{name} = {vars(klass)[name]!r} is no longer read: the case "
                                    f"weighting is dro_settings. Write {how} (from dataclasses import replace) "
                                    f"instead.")
+
+
+def rng_states(state: Any, prefix: str = "") -> Dict[str, Any]:
+    """Every random-stream state in a case weighting's ``state_dict()`` (the key ``'rng_state'`` at any
+    depth), by its path (``"sampler/rng_state"``).
+
+    >>> rng_states({"sampler": {"rng_state": 1, "losses": [0.5]}, "rng_state": 2})
+    {'sampler/rng_state': 1, 'rng_state': 2}
+    """
+    found: Dict[str, Any] = {}
+    if isinstance(state, dict):
+        for key, value in state.items():
+            path = f"{prefix}{key}"
+            if key == "rng_state":
+                found[path] = value
+            else:
+                found.update(rng_states(value, path + "/"))
+    return found
+
+
+def with_rng_states(state: Dict[str, Any], streams: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of ``state`` whose random-stream states at the paths of ``streams`` are replaced (a path
+    that ``state`` lacks, e.g. an earlier release's layout, is left out).
+
+    >>> with_rng_states({"sampler": {"rng_state": 1, "losses": [0.5]}}, {"sampler/rng_state": 7})
+    {'sampler': {'rng_state': 7, 'losses': [0.5]}}
+    """
+    out = dict(state)
+    for path, value in streams.items():
+        *parents, last = path.split("/")
+        node = out
+        for key in parents:
+            if not isinstance(node.get(key), dict):
+                break
+            node[key] = dict(node[key])  # copy along the path: the caller's state is not changed
+            node = node[key]
+        else:
+            if last in node:
+                node[last] = value
+    return out
 
 
 class nnUNetTrainerConfigurableSGD(nnUNetTrainer):
@@ -279,6 +322,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         self.per_sample_loss: Optional[nn.Module] = None
         self._dro_history: Dict[str, list] = {k: [] for k in HISTORY_KEYS}
         self._dro_final_state: Optional[Dict[str, Any]] = None
+        #: every rank's random streams at the last save_checkpoint (DDP only; rank r at index r)
+        self._dro_rank_streams: Optional[List[Dict[str, Any]]] = None
         try:
             self._dro_progress_pacer = RedrawPacer(self.dro_progress_time_fraction)
         except ValueError as e:
@@ -338,6 +383,22 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             except ValueError as e:
                 raise RuntimeError(f"{type(self).__name__}.dro_settings.guard_recover: {e}") from None
         self.case_weighting = self.build_case_weighting(len(self.dro_case_ids))
+        if self.is_ddp:
+            self._start_from_rank0_state()
+
+    def _start_from_rank0_state(self) -> None:
+        """Under DDP every rank must hold the same case weighting from the start: the tie-breaking noise
+        of ``L_init`` comes from each rank's own random stream (seed + rank, or fresh entropy), so the
+        cases not drawn yet, p and the hardest-case order would differ between ranks for as long as a
+        case stays undrawn. Rank 0's state is broadcast; each rank keeps its own random stream (its
+        draws stay its own)."""
+        import torch.distributed as dist
+
+        own = self.case_weighting.state_dict()
+        box = [own if self.local_rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        if self.local_rank != 0:
+            self.case_weighting.load_state_dict(with_rng_states(box[0], rng_states(own)))
 
     def _close_case_weighting(self) -> None:
         if self.case_weighting is not None:
@@ -576,8 +637,48 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             "config": self.dro_settings.as_dict(),
         }
 
+    def save_checkpoint(self, filename: str) -> None:
+        """nnU-Net's checkpoint with ``'dro_state'``; under DDP it also holds every rank's random
+        streams (``'rank_rng_states'``), so that ``--c`` gives each rank its own stream back instead of
+        rank 0's (with ``nnUNet_n_proc_DA=0`` every rank would then draw the same cases). The
+        gathering is collective: nnU-Net calls ``save_checkpoint`` on every rank at the same epochs."""
+        self._dro_rank_streams = self._gather_rank_streams()
+        super().save_checkpoint(filename)
+
+    def _gather_rank_streams(self) -> Optional[List[Dict[str, Any]]]:
+        if not self.is_ddp:
+            return None
+        import torch.distributed as dist
+
+        if self.case_weighting is not None:
+            own = rng_states(self.case_weighting.state_dict())
+        else:  # after on_train_end: the state it kept
+            own = rng_states((self._dro_final_state or {}).get("weighting", {}))
+        streams: List[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(streams, own)
+        return streams
+
     def _extra_checkpoint_state(self) -> Optional[Dict[str, Any]]:
-        return self._dro_state()
+        state = self._dro_state()
+        if state is not None and self._dro_rank_streams is not None:
+            state = {**state, "rank_rng_states": self._dro_rank_streams}
+        return state
+
+    def _own_random_streams(self, weighting_state: Dict[str, Any], state: Dict[str, Any]) -> Dict[str, Any]:
+        """The saved weighting state with this rank's own random streams (DDP): those rank r saved, or,
+        when the checkpoint has none for it (written by fewer ranks, or by an earlier release), the
+        stream this rank was built with; rank 0 and single-process runs keep the saved ones."""
+        if not self.is_ddp:
+            return weighting_state
+        saved = state.get("rank_rng_states") or []
+        if self.local_rank < len(saved) and saved[self.local_rank] is not None:
+            return with_rng_states(weighting_state, saved[self.local_rank])
+        if self.local_rank == 0:
+            return weighting_state
+        self.print_to_log_file(f"DRO: the checkpoint holds no random stream of rank {self.local_rank} (written by "
+                               f"{len(saved) or 'one or an unknown number of'} rank(s)): this rank draws from a "
+                               f"new stream of its own")
+        return with_rng_states(weighting_state, rng_states(self.case_weighting.state_dict()))
 
     def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any],
                                         source: str) -> None:
@@ -602,7 +703,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                 and {saved_scheme, self.case_weighting.scheme} != {"kl", "kl_adaptive"}:
             raise RuntimeError(f"DRO: the checkpoint was trained with the {saved_scheme!r} scheme, this trainer uses "
                                f"{self.case_weighting.scheme!r}; resume with the trainer that wrote it")
-        self.case_weighting.load_state_dict(weighting_state)
+        self.case_weighting.load_state_dict(self._own_random_streams(weighting_state, state))
         self._dro_history = {k: list(state.get("history", {}).get(k, [])) for k in HISTORY_KEYS}
         self._apply_guard(pseudo_dice_history(self), announce=False)  # the guard's state for the next epoch
         self.print_to_log_file(f"DRO: restored the case-weighting state of {len(self.dro_case_ids)} cases from the "

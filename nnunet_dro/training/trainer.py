@@ -69,8 +69,9 @@ from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloade
                                                read_checkpoint, save_checkpoint_atomic)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
 from nnunet_dro.training.guard import RECOVER, GuardEvent, check_guard_settings, escalated_fraction, replay_guard
-from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, THRESHOLD, all_learned, learning_time_line,
-                                           pseudo_dice_history, stability_line)
+from nnunet_dro.training.short_run import refuse_unread_short_run
+from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, THRESHOLD, all_learned, all_learned_epoch,
+                                           epoch_ranges, erm_phase_line, learning_time_line, pseudo_dice_history, stability_line)
 from nnunet_dro.weighting import CaseWeighting
 from nnunet_dro.weighting.settings import (DEFAULT_INIT_LOSS, SETTINGS_CLASSES,  # noqa: F401 (L_init, re-exported)
                                            AdaptiveHardnessSettings, FixedWeightSettings, HardnessSettings,
@@ -178,6 +179,13 @@ class nnUNetTrainerConfigurableSGD(nnUNetTrainer):
 
     sgd_momentum: float = 0.99
     sgd_nesterov: bool = True
+
+    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
+                 device: torch.device = torch.device('cuda')):
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        # every trainer of this package: nnUNet_dro_short_run set for one that does not read it
+        # would otherwise start a full 1000 x 250 run without a word
+        refuse_unread_short_run(self)
 
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.network.parameters(), self.initial_lr, weight_decay=self.weight_decay,
@@ -496,7 +504,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             f"(entropy {stats['entropy']:.4f}, uniform {stats['max_entropy']:.4f}), effective sample size "
             f"{stats['effective_sample_size']:.2f} of {n}, max p {stats['max_probability']:.4f}, {weights_text}, "
             f"robust loss {stats['robust_loss']:.4f}, mean stale loss {stats['mean_stale_loss']:.4f}"
-            + (f", skipped non-finite losses {stats['num_skipped']}" if stats['num_skipped'] else ""))
+            + (f", skipped non-finite losses {stats['num_skipped']}" if stats['num_skipped'] else "")
+            + self._uniform_phase_text())
         self.print_to_log_file("DRO: hardest cases: " + ", ".join(f"{c} ({v:.4f})" for c, v in hardest))
         if stats.get("trimmed_cases"):
             self.print_to_log_file("DRO: trimmed (left out of the hardness distribution, drawn at the uniform rate): "
@@ -505,6 +514,35 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             q = stats.get("group_weights") or {}
             self.print_to_log_file("DRO: draws per group this epoch: " + ", ".join(
                 f"{g} {d}" + (f" (q {q[g]:.3f})" if g in q else "") for g, d in stats["group_draws"].items()))
+
+    def _uniform_phase_text(self) -> str:
+        """Why this epoch's draws were uniform, for its statistics line ('' if they were not held
+        uniform): beta, perplexity and max p alone would not tell an ERM epoch from a robust one."""
+        w = self.case_weighting
+        if not getattr(w, "in_uniform_phase", False):
+            return ""
+        if getattr(w, "held_uniform", False) or getattr(w, "progress", 1.0) < getattr(w, "uniform_until", 0.0):
+            return "; uniform sampling (ERM phase): no robust weighting yet"
+        return "; uniform sampling (backed off by the stability guard)"
+
+    def _erm_phase_epochs(self, history: list) -> Optional[List[int]]:
+        """The epochs the scheme's ERM phase sampled uniformly (None for a scheme without one): the
+        first ``uniform_until`` of training, and every epoch up to the one at whose end every
+        structure was learned (``uniform_until_learned``), or all of them if that never happened."""
+        settings, w = self.dro_settings, self.case_weighting
+        threshold = getattr(settings, "uniform_until_learned", None)
+        until = float(getattr(settings, "uniform_until", 0.0) or 0.0)
+        if threshold is None and until <= 0:
+            return None
+        n = self.num_epochs
+        epochs = {e for e in range(n) if e / max(1, n) < until}
+        if threshold is not None:
+            if getattr(w, "held_uniform", False):
+                epochs |= set(range(n))
+            else:
+                released_after = all_learned_epoch(history, float(threshold))
+                epochs |= set(range(n if released_after is None else min(n, released_after + 1)))
+        return sorted(epochs)
 
     def on_epoch_end(self):
         super().on_epoch_end()
@@ -518,19 +556,30 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
 
     def on_train_end(self):
         super().on_train_end()  # saves checkpoint_final.pth (with dro_state), stops the workers
-        if self.local_rank == 0:
+        if self.local_rank == 0 and self.case_weighting is not None:
+            history = pseudo_dice_history(self)
+            erm = self._erm_phase_epochs(history)
+            never_left = erm is not None and len(erm) == self.num_epochs
+            if erm is not None:
+                threshold = getattr(self.dro_settings, "uniform_until_learned", None)
+                self.print_to_log_file("DRO: " + erm_phase_line(erm, self.num_epochs, never_left,
+                                                                None if threshold is None else float(threshold)))
             # the robustness benchmark found the gains only where every structure was learned within
-            # the first half of the budget (docs/evidence.md)
+            # the first half of the budget (docs/evidence.md); a run that never left its ERM phase
+            # gets no word about robust weighting, which it never did
             self.print_to_log_file("DRO: " + learning_time_line(
-                pseudo_dice_history(self), self.num_epochs,
-                advice="robust weighting draws hard cases more and so leaves fewer draws for what every case "
+                history, self.num_epochs,
+                advice="this run never left its ERM phase and so trained as nnUNetTrainer does: consider more "
+                       "epochs" if never_left else
+                       "robust weighting draws hard cases more and so leaves fewer draws for what every case "
                        "still lacks: consider more epochs"))
             if self._guard_on:
-                state, _ = self._replay_guard(pseudo_dice_history(self))
+                state, _ = self._replay_guard(history)
+                uniform = sorted(set(state.backed_off_epochs) | set(erm or []))
                 self.print_to_log_file(f"DRO guard: {state.backoffs} back-off(s) to uniform sampling, "
-                                       f"{len(state.backed_off_epochs)} of {self.num_epochs} epochs sampled uniformly"
-                                       + (f" (epochs {_epoch_ranges(state.backed_off_epochs)})"
-                                          if state.backed_off_epochs else ""))
+                                       f"{len(uniform)} of {self.num_epochs} epochs sampled uniformly"
+                                       + (f" (epochs {_epoch_ranges(uniform)}"
+                                          + (", the ERM phase's included)" if erm else ")") if uniform else ""))
         self.write_hardness_report()
         if self.case_weighting is not None:
             # keep the final state for any later save_checkpoint; release the shared memory
@@ -577,6 +626,9 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         names = self._structure_names()
         what = ", ".join(f"{names[i] if i < len(names) else f'structure {i + 1}'} (pseudo-Dice {d:.3f}, best {b:.3f})"
                          for i, d, b in zip(event.structures, event.dice, event.best))
+        if event.kind == "back-off" and getattr(self.case_weighting, "held_uniform", False):
+            return (f"DRO guard: learned structure lost at epoch {event.epoch}: {what}; back-off {event.backoffs}, "
+                    f"inside the ERM phase: sampling stays uniform")
         if event.kind == "back-off":
             return (f"DRO guard: learned structure lost at epoch {event.epoch}: {what}; back-off {event.backoffs}: "
                     f"uniform sampling (ERM) from epoch {event.epoch + 1} until it is back to "
@@ -721,13 +773,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
 
 def _epoch_ranges(epochs: Sequence[int]) -> str:
     """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
-    runs: List[List[int]] = []
-    for e in epochs:
-        if runs and e == runs[-1][-1] + 1:
-            runs[-1].append(e)
-        else:
-            runs.append([e])
-    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+    return epoch_ranges(epochs)
 
 
 class nnUNetTrainerDRO(nnUNetTrainerCaseWeighting):

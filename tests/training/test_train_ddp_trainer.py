@@ -174,3 +174,35 @@ def test_every_rank_holds_the_same_weighting_through_training_and_resume(label_d
     assert [s["epoch"] for s in s0["snapshots"]] == [2]
     _assert_same_weighting(s0, s1)
     assert s0["snapshots"][-1]["counts"].sum() == 3 * 2 * WORLD
+
+
+@pytest.mark.parametrize("trainer_name, why", [("nnUNetTrainerL2RW", "normalised per GPU"),
+                                              ("nnUNetTrainerDROLS", "segmentation heads outside DDP's forward"),
+                                              ("nnUNetTrainerDROLS_DRO", "segmentation heads outside DDP's forward")])
+def test_trainers_not_correct_under_ddp_refuse_it_in_one_line(label_dataset, monkeypatch, trainer_name, why):
+    """L2RW's weights are normalised over one rank's part of the batch, and GI-LS re-runs the heads
+    outside DDP's forward: both stop before anything is built (a one-rank gloo group is DDP to nnU-Net)."""
+    import torch.distributed as dist
+
+    import nnunet_dro.training as training
+
+    ds = label_dataset
+    for key in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
+        monkeypatch.setenv(key, ds.env[key])
+    folder = ds.preprocessed / ds.folder_name
+    plans = load_json(str(folder / "nnUNetPlans.json"))
+    plans["continue_training"] = False
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        trainer = None
+        with pytest.raises(RuntimeError) as err:
+            trainer = getattr(training, trainer_name)(plans, "3d_fullres", 0, load_json(str(folder / "dataset.json")),
+                                                      device=torch.device("cpu"))
+            trainer.device, trainer.grad_scaler = torch.device("cpu"), None
+            trainer.initialize()
+        message = str(err.value)
+        assert "\n" not in message and message.startswith(f"{trainer_name} does not run under DDP"), message
+        assert why in message and "train it on one GPU" in message
+        assert trainer is None or not trainer.was_initialized
+    finally:
+        dist.destroy_process_group()

@@ -73,6 +73,11 @@ class FeaturePerturbation:
     def initialize(self):
         if not isinstance(self.gils_settings, GILSSettings):
             raise RuntimeError(f"{type(self).__name__}.gils_settings = {self.gils_settings!r}: expected a GILSSettings")
+        if self.is_ddp:
+            # the ascent re-runs the segmentation heads outside DDP's forward, where DDP neither
+            # prepares its gradient reduction nor sees those parameters used
+            raise RuntimeError(f"{type(self).__name__} does not run under DDP (nnUNetv2_train -num_gpus > 1): GI-LS "
+                               f"calls the segmentation heads outside DDP's forward; train it on one GPU")
         super().initialize()
         segmentation_heads(self.network)  # a clear error now for an architecture without heads
         g = self.gils_settings

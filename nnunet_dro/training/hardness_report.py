@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from nnunet_dro.atomic import atomic_path
+from nnunet_dro.weighting.hardness import UNIFORM_BETA
 
 HARDNESS_CSV = "dro_hardness.csv"
 GROUPS_CSV = "dro_groups.csv"
@@ -131,7 +132,9 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
     ``perplexity_fraction``, ``ess_fraction``, ``effective_sample_size``, ``max_probability`` and
     ``clipped_fraction`` (NaN when importance sampling is off); missing series are left empty
     (histories of earlier releases have no beta or perplexity). Epochs with a true ``backed_off``
-    (the stability guard sampled uniformly) are shaded in every panel.
+    (the stability guard sampled uniformly) are shaded in every panel, and so, in grey, the other
+    epochs drawn at the uniform beta (an adaptive scheme's ERM phase): a run that never left that
+    phase must not read as a robust one.
     """
     import matplotlib
     matplotlib.use("agg")
@@ -173,6 +176,7 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
     if group_weights:
         panels.append(("group DRO weight q per group", group_weights, None))
     backoff_spans = _true_spans(epochs, history.get("backed_off"))
+    erm_spans = _true_spans(epochs, erm_phase_flags(history))
     # nnU-Net's logger switches seaborn's large-font style on globally: draw in matplotlib's default
     with plt.style.context("default"):
         fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3 * len(panels)), sharex=True)
@@ -190,7 +194,10 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
             for i, (start, stop) in enumerate(backoff_spans):
                 ax.axvspan(start, stop, color="tab:red", alpha=0.15,
                            label="stability guard: uniform sampling" if i == 0 else None)
-            if drawn or reference is not None or backoff_spans:
+            for i, (start, stop) in enumerate(erm_spans):
+                ax.axvspan(start, stop, color="grey", alpha=0.15,
+                           label="ERM phase: uniform sampling" if i == 0 else None)
+            if drawn or reference is not None or backoff_spans or erm_spans:
                 ax.legend(loc="best", fontsize=9)
             ax.set_title(title, fontsize=11)
             ax.grid(alpha=0.3)
@@ -203,6 +210,22 @@ def plot_dro_progress(path: str | os.PathLike, history: Mapping[str, Sequence], 
                 fig.savefig(tmp, format="png")
         finally:
             plt.close(fig)
+
+
+def erm_phase_flags(history: Mapping[str, Sequence]) -> list | None:
+    """Per epoch: drawn at the uniform beta without a guard back-off (an adaptive scheme's ERM
+    phase); None when the history has no beta of the same length as its epochs.
+
+    >>> erm_phase_flags({"epoch": [0, 1, 2], "beta": [1e-12, 1e-12, 40.0], "backed_off": [False, True, False]})
+    [True, False, False]
+    """
+    epochs, beta = history.get("epoch", []), history.get("beta")
+    if beta is None or len(beta) != len(epochs):
+        return None
+    backed = history.get("backed_off")
+    backed = backed if backed is not None and len(backed) == len(epochs) else [False] * len(epochs)
+    return [bool(b is not None and np.isfinite(b) and b <= UNIFORM_BETA * (1 + 1e-9) and not off)
+            for b, off in zip(beta, backed)]
 
 
 def _true_spans(epochs: Sequence, flags: Sequence | None) -> list[tuple[float, float]]:

@@ -148,6 +148,11 @@ class nnUNetTrainerL2RW(nnUNetTrainerPerSampleLoss):
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):
         super().__init__(plans, configuration, fold, dataset_json, device)
+        if self.is_ddp:
+            # each rank would normalise its weights over its own part of the batch and against its own
+            # clean batch: not the global batch's weights of one look-ahead step
+            raise RuntimeError(f"{type(self).__name__} does not run under DDP (nnUNetv2_train -num_gpus > 1): its "
+                               f"weights would be normalised per GPU, not over the global batch; train it on one GPU")
         self.l2rw_val_cases: List[str] = []
         self.l2rw_val_loader = None
         self._l2rw_epoch_zero_batches = 0

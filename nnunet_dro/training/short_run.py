@@ -6,7 +6,9 @@ environment variable.
 ``nnUNet_dro_short_run`` says otherwise: ``EPOCHS``, ``EPOCHSxITERATIONS`` or
 ``EPOCHSxITERATIONSxVALIDATION``; an empty field keeps the class's value (``x2``: its epochs, 2
 iterations). The lab's CPU-budget trainers are short runs too (:mod:`nnunet_dro.lab.budget`, their
-class values the benchmark's budget), so one variable shortens every one of them.
+class values the benchmark's budget), so one variable shortens every one of them. The shipped
+trainers train the budget of their class, as nnU-Net's do, and refuse to start while the variable
+is set (:func:`refuse_unread_short_run`) rather than ignore it.
 
 >>> short_run_sizes("3", (2, 3, 1)), short_run_sizes("1x2", (2, 3, 1)), short_run_sizes("x5x2", (2, 3, 1))
 ((3, 3, 1), (1, 2, 1), (2, 5, 2))
@@ -52,6 +54,29 @@ def short_run_value(epochs: int | None = None, iterations: int | None = None, va
     while fields and not fields[-1]:
         fields.pop()
     return "x".join(fields)
+
+
+def refuse_unread_short_run(trainer) -> None:
+    """Stop a trainer that is not a :class:`ShortRun` when ``nnUNet_dro_short_run`` is set: it would
+    ignore the variable and train its full budget. As in nnU-Net, whose short runs are classes of
+    their own (``nnUNetTrainer_5epochs``), a budget belongs to the class; the variable only resizes
+    the classes built to be short (the test-sized trainers, the lab's CPU-budget ones).
+
+    >>> os.environ[SHORT_RUN_ENV] = "2"
+    >>> refuse_unread_short_run(object())
+    Traceback (most recent call last):
+    ...
+    RuntimeError: nnUNet_dro_short_run='2' is read only by short-run trainers (class X(ShortRun, object) of ...
+    >>> del os.environ[SHORT_RUN_ENV]; refuse_unread_short_run(object())
+    """
+    value = os.environ.get(SHORT_RUN_ENV, "")
+    if value.strip() and not isinstance(trainer, ShortRun):
+        name = type(trainer).__name__
+        budget = (f" ({trainer.num_epochs} epochs of {trainer.num_iterations_per_epoch} iterations)"
+                  if hasattr(trainer, "num_epochs") and hasattr(trainer, "num_iterations_per_epoch") else "")
+        raise RuntimeError(f"{SHORT_RUN_ENV}={value!r} is read only by short-run trainers (class X(ShortRun, {name}) "
+                           f"of nnunet_dro.training.short_run) and {name} trains its full budget{budget}; unset "
+                           f"{SHORT_RUN_ENV}, or train a short-run subclass")
 
 
 class ShortRun:

@@ -152,3 +152,36 @@ def pseudo_dice_history(trainer) -> list:
     if hasattr(logger, "get_value"):
         return list(logger.get_value("dice_per_class_or_region", step=None) or [])
     return list(getattr(logger, "my_fantastic_logging", {}).get("dice_per_class_or_region", []))
+
+
+def epoch_ranges(epochs: Sequence[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    runs: list = []
+    for e in epochs:
+        if runs and e == runs[-1][-1] + 1:
+            runs[-1].append(e)
+        else:
+            runs.append([e])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
+def erm_phase_line(erm_epochs: Sequence[int], num_epochs: int, never_left: bool, learned: float | None) -> str:
+    """One end-of-training log line on the ERM phase of a scheme that has one: which epochs sampled
+    uniformly because of it, and whether robust weighting ever ran (a run that never left the phase
+    trained as nnU-Net's own trainer does, and must not read as a robust run).
+
+    >>> line = erm_phase_line([0, 1, 2], 3, True, 0.2)
+    >>> line[:line.index(";")]
+    'the run never left its ERM phase: all 3 epochs sampled uniformly, as nnUNetTrainer samples'
+    >>> erm_phase_line([0, 1], 5, False, 0.2)
+    'ERM phase (uniform sampling) in epochs 0-1, robust weighting from epoch 2 on'
+    """
+    if never_left:
+        until = (f" (it starts after the first epoch at whose end every structure's pseudo-Dice >= {learned:g})"
+                 if learned is not None else "")
+        return (f"the run never left its ERM phase: all {num_epochs} epochs sampled uniformly, as nnUNetTrainer "
+                f"samples; no robust weighting ran{until}")
+    if not erm_epochs:
+        return "no epoch in the ERM phase: robust weighting from epoch 0 on"
+    return (f"ERM phase (uniform sampling) in epochs {epoch_ranges(erm_epochs)}, robust weighting from epoch "
+            f"{max(erm_epochs) + 1} on")

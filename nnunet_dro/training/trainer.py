@@ -19,8 +19,11 @@ What changes compared with ``nnUNetTrainer`` (everything else is nnU-Net's):
   draw counts, RNG state, beta, running mean of the weights) and the per-epoch statistics live in
   nnU-Net's checkpoint under ``'dro_state'``, so ``--c`` (applied right after initialisation)
   restores them before the data loaders start.
-- **DDP.** Ranks all-gather their (case, loss, draw beta) triples every iteration, so every rank
-  holds the same state; each rank draws from its own RNG stream; only rank 0 writes files.
+- **DDP.** Every rank starts from rank 0's state (broadcast at the end of ``initialize()``: the
+  tie-breaking noise of ``L_init`` would otherwise differ), and ranks all-gather their (case, loss,
+  draw beta) triples every iteration, so every rank holds the same state; each rank draws from its
+  own RNG stream, saved per rank in the checkpoint and given back to that rank by ``--c``; only
+  rank 0 writes files.
 - **Observability.** Each epoch the log shows beta, the perplexity and effective sample size of
   p, max p, the fraction of clipped importance weights, the hardest cases and the stability count
   (:mod:`nnunet_dro.training.stability`); the fold folder gets ``dro_hardness.csv`` and
@@ -66,8 +69,9 @@ from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloade
                                                read_checkpoint, save_checkpoint_atomic)
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
 from nnunet_dro.training.guard import RECOVER, GuardEvent, check_guard_settings, escalated_fraction, replay_guard
-from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, THRESHOLD, all_learned, learning_time_line,
-                                           pseudo_dice_history, stability_line)
+from nnunet_dro.training.short_run import refuse_unread_short_run
+from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, THRESHOLD, all_learned, all_learned_epoch,
+                                           epoch_ranges, erm_phase_line, learning_time_line, pseudo_dice_history, stability_line)
 from nnunet_dro.weighting import CaseWeighting
 from nnunet_dro.weighting.settings import (DEFAULT_INIT_LOSS, SETTINGS_CLASSES,  # noqa: F401 (L_init, re-exported)
                                            AdaptiveHardnessSettings, FixedWeightSettings, HardnessSettings,
@@ -129,12 +133,59 @@ def check_settings_attributes(cls: type) -> None:
                                    f"instead.")
 
 
+def rng_states(state: Any, prefix: str = "") -> Dict[str, Any]:
+    """Every random-stream state in a case weighting's ``state_dict()`` (the key ``'rng_state'`` at any
+    depth), by its path (``"sampler/rng_state"``).
+
+    >>> rng_states({"sampler": {"rng_state": 1, "losses": [0.5]}, "rng_state": 2})
+    {'sampler/rng_state': 1, 'rng_state': 2}
+    """
+    found: Dict[str, Any] = {}
+    if isinstance(state, dict):
+        for key, value in state.items():
+            path = f"{prefix}{key}"
+            if key == "rng_state":
+                found[path] = value
+            else:
+                found.update(rng_states(value, path + "/"))
+    return found
+
+
+def with_rng_states(state: Dict[str, Any], streams: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of ``state`` whose random-stream states at the paths of ``streams`` are replaced (a path
+    that ``state`` lacks, e.g. an earlier release's layout, is left out).
+
+    >>> with_rng_states({"sampler": {"rng_state": 1, "losses": [0.5]}}, {"sampler/rng_state": 7})
+    {'sampler': {'rng_state': 7, 'losses': [0.5]}}
+    """
+    out = dict(state)
+    for path, value in streams.items():
+        *parents, last = path.split("/")
+        node = out
+        for key in parents:
+            if not isinstance(node.get(key), dict):
+                break
+            node[key] = dict(node[key])  # copy along the path: the caller's state is not changed
+            node = node[key]
+        else:
+            if last in node:
+                node[last] = value
+    return out
+
+
 class nnUNetTrainerConfigurableSGD(nnUNetTrainer):
     """nnU-Net's optimiser (SGD, lr 1e-2, weight decay 3e-5, poly schedule) with momentum and
     Nesterov as class attributes. With the defaults it is exactly ``nnUNetTrainer``."""
 
     sgd_momentum: float = 0.99
     sgd_nesterov: bool = True
+
+    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
+                 device: torch.device = torch.device('cuda')):
+        super().__init__(plans, configuration, fold, dataset_json, device)
+        # every trainer of this package: nnUNet_dro_short_run set for one that does not read it
+        # would otherwise start a full 1000 x 250 run without a word
+        refuse_unread_short_run(self)
 
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.network.parameters(), self.initial_lr, weight_decay=self.weight_decay,
@@ -279,6 +330,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         self.per_sample_loss: Optional[nn.Module] = None
         self._dro_history: Dict[str, list] = {k: [] for k in HISTORY_KEYS}
         self._dro_final_state: Optional[Dict[str, Any]] = None
+        #: every rank's random streams at the last save_checkpoint (DDP only; rank r at index r)
+        self._dro_rank_streams: Optional[List[Dict[str, Any]]] = None
         try:
             self._dro_progress_pacer = RedrawPacer(self.dro_progress_time_fraction)
         except ValueError as e:
@@ -338,6 +391,22 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             except ValueError as e:
                 raise RuntimeError(f"{type(self).__name__}.dro_settings.guard_recover: {e}") from None
         self.case_weighting = self.build_case_weighting(len(self.dro_case_ids))
+        if self.is_ddp:
+            self._start_from_rank0_state()
+
+    def _start_from_rank0_state(self) -> None:
+        """Under DDP every rank must hold the same case weighting from the start: the tie-breaking noise
+        of ``L_init`` comes from each rank's own random stream (seed + rank, or fresh entropy), so the
+        cases not drawn yet, p and the hardest-case order would differ between ranks for as long as a
+        case stays undrawn. Rank 0's state is broadcast; each rank keeps its own random stream (its
+        draws stay its own)."""
+        import torch.distributed as dist
+
+        own = self.case_weighting.state_dict()
+        box = [own if self.local_rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        if self.local_rank != 0:
+            self.case_weighting.load_state_dict(with_rng_states(box[0], rng_states(own)))
 
     def _close_case_weighting(self) -> None:
         if self.case_weighting is not None:
@@ -435,7 +504,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             f"(entropy {stats['entropy']:.4f}, uniform {stats['max_entropy']:.4f}), effective sample size "
             f"{stats['effective_sample_size']:.2f} of {n}, max p {stats['max_probability']:.4f}, {weights_text}, "
             f"robust loss {stats['robust_loss']:.4f}, mean stale loss {stats['mean_stale_loss']:.4f}"
-            + (f", skipped non-finite losses {stats['num_skipped']}" if stats['num_skipped'] else ""))
+            + (f", skipped non-finite losses {stats['num_skipped']}" if stats['num_skipped'] else "")
+            + self._uniform_phase_text())
         self.print_to_log_file("DRO: hardest cases: " + ", ".join(f"{c} ({v:.4f})" for c, v in hardest))
         if stats.get("trimmed_cases"):
             self.print_to_log_file("DRO: trimmed (left out of the hardness distribution, drawn at the uniform rate): "
@@ -444,6 +514,35 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             q = stats.get("group_weights") or {}
             self.print_to_log_file("DRO: draws per group this epoch: " + ", ".join(
                 f"{g} {d}" + (f" (q {q[g]:.3f})" if g in q else "") for g, d in stats["group_draws"].items()))
+
+    def _uniform_phase_text(self) -> str:
+        """Why this epoch's draws were uniform, for its statistics line ('' if they were not held
+        uniform): beta, perplexity and max p alone would not tell an ERM epoch from a robust one."""
+        w = self.case_weighting
+        if not getattr(w, "in_uniform_phase", False):
+            return ""
+        if getattr(w, "held_uniform", False) or getattr(w, "progress", 1.0) < getattr(w, "uniform_until", 0.0):
+            return "; uniform sampling (ERM phase): no robust weighting yet"
+        return "; uniform sampling (backed off by the stability guard)"
+
+    def _erm_phase_epochs(self, history: list) -> Optional[List[int]]:
+        """The epochs the scheme's ERM phase sampled uniformly (None for a scheme without one): the
+        first ``uniform_until`` of training, and every epoch up to the one at whose end every
+        structure was learned (``uniform_until_learned``), or all of them if that never happened."""
+        settings, w = self.dro_settings, self.case_weighting
+        threshold = getattr(settings, "uniform_until_learned", None)
+        until = float(getattr(settings, "uniform_until", 0.0) or 0.0)
+        if threshold is None and until <= 0:
+            return None
+        n = self.num_epochs
+        epochs = {e for e in range(n) if e / max(1, n) < until}
+        if threshold is not None:
+            if getattr(w, "held_uniform", False):
+                epochs |= set(range(n))
+            else:
+                released_after = all_learned_epoch(history, float(threshold))
+                epochs |= set(range(n if released_after is None else min(n, released_after + 1)))
+        return sorted(epochs)
 
     def on_epoch_end(self):
         super().on_epoch_end()
@@ -457,19 +556,30 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
 
     def on_train_end(self):
         super().on_train_end()  # saves checkpoint_final.pth (with dro_state), stops the workers
-        if self.local_rank == 0:
+        if self.local_rank == 0 and self.case_weighting is not None:
+            history = pseudo_dice_history(self)
+            erm = self._erm_phase_epochs(history)
+            never_left = erm is not None and len(erm) == self.num_epochs
+            if erm is not None:
+                threshold = getattr(self.dro_settings, "uniform_until_learned", None)
+                self.print_to_log_file("DRO: " + erm_phase_line(erm, self.num_epochs, never_left,
+                                                                None if threshold is None else float(threshold)))
             # the robustness benchmark found the gains only where every structure was learned within
-            # the first half of the budget (docs/evidence.md)
+            # the first half of the budget (docs/evidence.md); a run that never left its ERM phase
+            # gets no word about robust weighting, which it never did
             self.print_to_log_file("DRO: " + learning_time_line(
-                pseudo_dice_history(self), self.num_epochs,
-                advice="robust weighting draws hard cases more and so leaves fewer draws for what every case "
+                history, self.num_epochs,
+                advice="this run never left its ERM phase and so trained as nnUNetTrainer does: consider more "
+                       "epochs" if never_left else
+                       "robust weighting draws hard cases more and so leaves fewer draws for what every case "
                        "still lacks: consider more epochs"))
             if self._guard_on:
-                state, _ = self._replay_guard(pseudo_dice_history(self))
+                state, _ = self._replay_guard(history)
+                uniform = sorted(set(state.backed_off_epochs) | set(erm or []))
                 self.print_to_log_file(f"DRO guard: {state.backoffs} back-off(s) to uniform sampling, "
-                                       f"{len(state.backed_off_epochs)} of {self.num_epochs} epochs sampled uniformly"
-                                       + (f" (epochs {_epoch_ranges(state.backed_off_epochs)})"
-                                          if state.backed_off_epochs else ""))
+                                       f"{len(uniform)} of {self.num_epochs} epochs sampled uniformly"
+                                       + (f" (epochs {_epoch_ranges(uniform)}"
+                                          + (", the ERM phase's included)" if erm else ")") if uniform else ""))
         self.write_hardness_report()
         if self.case_weighting is not None:
             # keep the final state for any later save_checkpoint; release the shared memory
@@ -516,6 +626,9 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         names = self._structure_names()
         what = ", ".join(f"{names[i] if i < len(names) else f'structure {i + 1}'} (pseudo-Dice {d:.3f}, best {b:.3f})"
                          for i, d, b in zip(event.structures, event.dice, event.best))
+        if event.kind == "back-off" and getattr(self.case_weighting, "held_uniform", False):
+            return (f"DRO guard: learned structure lost at epoch {event.epoch}: {what}; back-off {event.backoffs}, "
+                    f"inside the ERM phase: sampling stays uniform")
         if event.kind == "back-off":
             return (f"DRO guard: learned structure lost at epoch {event.epoch}: {what}; back-off {event.backoffs}: "
                     f"uniform sampling (ERM) from epoch {event.epoch + 1} until it is back to "
@@ -576,8 +689,48 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             "config": self.dro_settings.as_dict(),
         }
 
+    def save_checkpoint(self, filename: str) -> None:
+        """nnU-Net's checkpoint with ``'dro_state'``; under DDP it also holds every rank's random
+        streams (``'rank_rng_states'``), so that ``--c`` gives each rank its own stream back instead of
+        rank 0's (with ``nnUNet_n_proc_DA=0`` every rank would then draw the same cases). The
+        gathering is collective: nnU-Net calls ``save_checkpoint`` on every rank at the same epochs."""
+        self._dro_rank_streams = self._gather_rank_streams()
+        super().save_checkpoint(filename)
+
+    def _gather_rank_streams(self) -> Optional[List[Dict[str, Any]]]:
+        if not self.is_ddp:
+            return None
+        import torch.distributed as dist
+
+        if self.case_weighting is not None:
+            own = rng_states(self.case_weighting.state_dict())
+        else:  # after on_train_end: the state it kept
+            own = rng_states((self._dro_final_state or {}).get("weighting", {}))
+        streams: List[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(streams, own)
+        return streams
+
     def _extra_checkpoint_state(self) -> Optional[Dict[str, Any]]:
-        return self._dro_state()
+        state = self._dro_state()
+        if state is not None and self._dro_rank_streams is not None:
+            state = {**state, "rank_rng_states": self._dro_rank_streams}
+        return state
+
+    def _own_random_streams(self, weighting_state: Dict[str, Any], state: Dict[str, Any]) -> Dict[str, Any]:
+        """The saved weighting state with this rank's own random streams (DDP): those rank r saved, or,
+        when the checkpoint has none for it (written by fewer ranks, or by an earlier release), the
+        stream this rank was built with; rank 0 and single-process runs keep the saved ones."""
+        if not self.is_ddp:
+            return weighting_state
+        saved = state.get("rank_rng_states") or []
+        if self.local_rank < len(saved) and saved[self.local_rank] is not None:
+            return with_rng_states(weighting_state, saved[self.local_rank])
+        if self.local_rank == 0:
+            return weighting_state
+        self.print_to_log_file(f"DRO: the checkpoint holds no random stream of rank {self.local_rank} (written by "
+                               f"{len(saved) or 'one or an unknown number of'} rank(s)): this rank draws from a "
+                               f"new stream of its own")
+        return with_rng_states(weighting_state, rng_states(self.case_weighting.state_dict()))
 
     def _restore_extra_checkpoint_state(self, state: Optional[Dict[str, Any]], checkpoint: Dict[str, Any],
                                         source: str) -> None:
@@ -602,7 +755,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                 and {saved_scheme, self.case_weighting.scheme} != {"kl", "kl_adaptive"}:
             raise RuntimeError(f"DRO: the checkpoint was trained with the {saved_scheme!r} scheme, this trainer uses "
                                f"{self.case_weighting.scheme!r}; resume with the trainer that wrote it")
-        self.case_weighting.load_state_dict(weighting_state)
+        self.case_weighting.load_state_dict(self._own_random_streams(weighting_state, state))
         self._dro_history = {k: list(state.get("history", {}).get(k, [])) for k in HISTORY_KEYS}
         self._apply_guard(pseudo_dice_history(self), announce=False)  # the guard's state for the next epoch
         self.print_to_log_file(f"DRO: restored the case-weighting state of {len(self.dro_case_ids)} cases from the "
@@ -620,13 +773,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
 
 def _epoch_ranges(epochs: Sequence[int]) -> str:
     """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
-    runs: List[List[int]] = []
-    for e in epochs:
-        if runs and e == runs[-1][-1] + 1:
-            runs[-1].append(e)
-        else:
-            runs.append([e])
-    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+    return epoch_ranges(epochs)
 
 
 class nnUNetTrainerDRO(nnUNetTrainerCaseWeighting):

@@ -1,7 +1,9 @@
 """DDP: ranks all-gather their (case, loss) pairs each iteration and so hold the same loss vector.
 
 nnU-Net's own DDP path needs CUDA (NCCL); here two real processes join a CPU (gloo) process group
-and run the trainer's sampler update with different, unevenly sized batches.
+and run the trainer's sampler update with different, unevenly sized batches. The weighting starts
+from an explicit vector here, so this test cannot see the start-up noise or the resume: the real
+trainer's start, epochs and ``--c`` on two ranks are in ``test_train_ddp_trainer.py``.
 """
 from __future__ import annotations
 

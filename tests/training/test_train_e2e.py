@@ -173,6 +173,9 @@ def test_until_learned_trainer_releases_robust_weighting_with_workers(label_data
     log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
     assert "uniform sampling (ERM) until released" in log
     assert "every structure's pseudo-Dice >= 0 at epoch 0: robust weighting from epoch 1 on" in log
+    assert log.count("; uniform sampling (ERM phase): no robust weighting yet") == 1  # epoch 0's statistics only
+    assert "DRO: ERM phase (uniform sampling) in epochs 0, robust weighting from epoch 1 on" in log
+    assert "never left its ERM phase" not in log
 
 
 def _processes_in_group(pgid):

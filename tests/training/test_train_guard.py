@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from test_train_e2e import fold_folder, load, train, train_env
@@ -104,3 +105,36 @@ def test_guard_inside_the_erm_phase_leaves_sampling_uniform(label_dataset, test_
     assert ("DRO guard: recovered at epoch 2: sphere (pseudo-Dice 0.900, best 0.900); still in the ERM phase "
             "(uniform until every structure's pseudo-Dice >= 0.95), robust weighting then with f = 0.5") in log
     assert "robust weighting again" not in log
+    # issue 80 item 6: a run that never left its ERM phase reads as one, in every line
+    assert "back-off 1, inside the ERM phase: sampling stays uniform" in log
+    assert log.count("; uniform sampling (ERM phase): no robust weighting yet") == 3  # each epoch's statistics
+    assert ("DRO: the run never left its ERM phase: all 3 epochs sampled uniformly, as nnUNetTrainer samples; no "
+            "robust weighting ran (it starts after the first epoch at whose end every structure's pseudo-Dice "
+            ">= 0.95)") in log
+    assert "DRO guard: 1 back-off(s) to uniform sampling, 3 of 3 epochs sampled uniformly (epochs 0-2, the ERM " \
+           "phase's included)" in log
+    assert "robust weighting draws hard cases more" not in log  # advice about what never ran
+
+
+def test_a_run_that_never_leaves_the_erm_phase_says_so_and_gives_no_robust_weighting_advice(label_dataset,
+                                                                                              test_trainer_dir):
+    """Issue 80 item 6: one epoch, nothing learned: the run trained as ERM, and its end-of-training
+    lines must say so (it read "0 of 1 epochs sampled uniformly" with advice about robust weighting)."""
+    ds = label_dataset
+    trainer = "nnUNetTrainerDROAdaptive_guardInErmPhase_e2eTest"
+    folder = fold_folder(ds, trainer)
+    env = guard_env(ds, test_trainer_dir, num_epochs=1)
+    env["DRO_TEST_FORCED_DICE"] = "0.1"
+    shutil.rmtree(folder, ignore_errors=True)
+    train(ds, env, trainer=trainer)
+    state = load(folder / "checkpoint_final.pth")["dro_state"]
+    assert state["weighting"]["held_uniform"] is True
+    log = "".join(p.read_text() for p in folder.glob("training_log_*.txt"))
+    assert "DRO: the run never left its ERM phase: all 1 epochs sampled uniformly" in log
+    assert "DRO guard: 0 back-off(s) to uniform sampling, 1 of 1 epochs sampled uniformly (epochs 0, the ERM " \
+           "phase's included)" in log
+    assert ("every structure's pseudo-Dice >= 0.2 in no epoch of 1: the budget is tight for this run; this run never "
+            "left its ERM phase and so trained as nnUNetTrainer does: consider more epochs") in log
+    assert "robust weighting draws hard cases more" not in log and "0 of 1 epochs" not in log
+    table = pd.read_csv(folder / "dro_hardness.csv")  # the distribution in force: uniform
+    np.testing.assert_allclose(table["probability"], 1 / len(table))

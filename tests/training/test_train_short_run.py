@@ -31,3 +31,46 @@ def test_the_value_reads_back_as_written(epochs, iterations, validation):
 def test_a_bad_value_names_the_variable(text):
     with pytest.raises(RuntimeError, match=SHORT_RUN_ENV):
         short_run_sizes(text, (1, 1, 1))
+
+
+def _construct(ds, monkeypatch, cls):
+    import torch
+    from batchgenerators.utilities.file_and_folder_operations import load_json
+
+    for key in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):
+        monkeypatch.setenv(key, ds.env[key])
+    folder = ds.preprocessed / ds.folder_name
+    plans = load_json(str(folder / "nnUNetPlans.json"))
+    plans["continue_training"] = False
+    return cls(plans, "3d_fullres", 0, load_json(str(folder / "dataset.json")), device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize("name", ["nnUNetTrainerDRO", "nnUNetTrainerDROAdaptive", "nnUNetTrainerL2RW",
+                                  "nnUNetTrainer_SGDnoMomentum"])
+def test_a_shipped_trainer_refuses_the_variable_it_does_not_read(label_dataset, monkeypatch, name):
+    """A shipped trainer trains its class's budget (as nnU-Net's own, whose short runs are classes):
+    with the variable set it stops in one line instead of starting a full run without a word."""
+    from nnunet_dro.training import TRAINERS
+
+    monkeypatch.setenv(SHORT_RUN_ENV, "2x3")
+    with pytest.raises(RuntimeError) as err:
+        _construct(label_dataset, monkeypatch, TRAINERS[name])
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{SHORT_RUN_ENV}='2x3' is read only by short-run trainers")
+    assert f"{name} trains its full budget (1000 epochs of 250 iterations)" in message
+
+
+def test_a_short_run_subclass_reads_the_variable(label_dataset, monkeypatch):
+    from nnunet_dro.training import nnUNetTrainerDRO
+    from nnunet_dro.training.short_run import ShortRun
+
+    class nnUNetTrainerDRO_short(ShortRun, nnUNetTrainerDRO):
+        pass
+
+    monkeypatch.setenv(SHORT_RUN_ENV, "2x3")
+    trainer = _construct(label_dataset, monkeypatch, nnUNetTrainerDRO_short)
+    assert (trainer.num_epochs, trainer.num_iterations_per_epoch) == (2, 3)
+    monkeypatch.delenv(SHORT_RUN_ENV)
+    trainer = _construct(label_dataset, monkeypatch, nnUNetTrainerDRO)  # unset: the class's budget
+    assert (trainer.num_epochs, trainer.num_iterations_per_epoch) == (1000, 250)

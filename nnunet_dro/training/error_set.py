@@ -14,7 +14,7 @@ moving weights held fewer of them (issue "JTT inside one training").
 The set is chosen on every rank from the same all-gathered stale losses, and in a distributed
 run rank 0's set is broadcast and put in force everywhere, so the ranks cannot disagree. The set,
 the epoch it was chosen at and each case's share of the draws since then are in the log, in
-``dro_hardness.csv`` (``in_error_set, draws_since_fixed, draw_share``) and in the checkpoint
+``dro_hardness.csv`` (``in_error_set, error_set_epoch, draws_since_fixed, draw_share``) and in the checkpoint
 (``dro_state['error_set']``; ``--c`` resumes with the same set).
 
 ``nnUNetTrainerDROAdaptive_errorSet_refresh70`` (a variant) chooses the set once more at the start
@@ -26,6 +26,7 @@ import math
 from typing import Any, Dict, Optional
 
 import numpy as np
+import pandas as pd
 
 from nnunet_dro.sampling.distributed import broadcast_indices
 from nnunet_dro.training.guard import RECOVER, GuardEvent, escalated_upweight
@@ -130,8 +131,11 @@ class nnUNetTrainerDROAdaptive_errorSet(nnUNetTrainerDROAdaptive):
         by_case = dict(zip(self.dro_case_ids, zip(w.in_error_set().astype(int), w.draws_since_fixed,
                                                   w.draw_shares())))
         table = super()._hardness_table()
-        for k, column in enumerate(("in_error_set", "draws_since_fixed", "draw_share")):
-            table[column] = [by_case[c][k] for c in table["case"]]
+        table["in_error_set"] = [by_case[c][0] for c in table["case"]]
+        # the same on every row: the CSV alone says from when the set was in force (empty: not yet)
+        table["error_set_epoch"] = pd.array([w.fixed_at_epoch] * len(table), dtype="Int64")
+        table["draws_since_fixed"] = [by_case[c][1] for c in table["case"]]
+        table["draw_share"] = [by_case[c][2] for c in table["case"]]
         return table
 
     def _error_set_record(self) -> Dict[str, Any]:

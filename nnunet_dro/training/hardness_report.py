@@ -5,7 +5,7 @@
   ``softmax(beta * L)``, number of fresh losses the case contributed). Cases a model finds hard
   are often label errors or rare anatomy: look at the top rows.
   Schemes with groups (group-balanced sampling, group DRO, case weights with groups) add a
-  ``group`` column; the error-set scheme adds ``in_error_set, draws_since_fixed, draw_share``.
+  ``group`` column; the error-set scheme adds ``in_error_set, error_set_epoch, draws_since_fixed, draw_share``.
 - ``dro_groups.csv`` (schemes with groups): one row per group: ``group, cases, probability,
   times_drawn`` and, for group DRO, ``q`` (the current group weight).
 - ``dro_progress.png``: the per-epoch sampler statistics: beta in force, perplexity ``exp(H(p))``
@@ -32,8 +32,9 @@ GROUPS_CSV = "dro_groups.csv"
 PROGRESS_PNG = "dro_progress.png"
 CSV_COLUMNS = ("case", "stale_loss", "probability", "times_drawn")
 #: columns only some schemes have: the group, and JTT's error set inside one training (whether a case
-#: is in the set in force, its draws since that set was chosen and their share of all such draws)
-OPTIONAL_COLUMNS = ("group", "in_error_set", "draws_since_fixed", "draw_share")
+#: is in the set in force, the epoch that set was chosen at, the case's draws since then and their
+#: share of all such draws)
+OPTIONAL_COLUMNS = ("group", "in_error_set", "error_set_epoch", "draws_since_fixed", "draw_share")
 
 
 class RedrawPacer:

@@ -67,6 +67,7 @@ def test_the_erm_phase_ends_in_the_error_set_and_the_guard_acts_on_it(label_data
         trainer.write_hardness_report(redraw_now=False)
         table = pd.read_csv(f"{trainer.output_folder}/dro_hardness.csv")
         assert sorted(table.loc[table["in_error_set"] == 1, "case"]) == list(expected.cases)
+        assert (table["error_set_epoch"] == 4).all() and table["draws_since_fixed"].sum() == 0
         trainer.save_checkpoint(str(path))
         saved = w.state_dict()
     finally:

@@ -103,7 +103,8 @@ def check_fixed_after_the_erm_phase(folder, state, final=True):
         return log
     table = pd.read_csv(folder / "dro_hardness.csv")
     assert list(table.columns) == ["case", "stale_loss", "probability", "times_drawn", "in_error_set",
-                                   "draws_since_fixed", "draw_share"]
+                                   "error_set_epoch", "draws_since_fixed", "draw_share"]
+    assert (table["error_set_epoch"] == record["fixed_at_epoch"]).all()
     assert sorted(table.loc[table["in_error_set"] == 1, "case"]) == chosen
     assert table["draw_share"].sum() == pytest.approx(1.0)
     assert np.allclose(table.loc[table["in_error_set"] == 1, "probability"], fixed)

@@ -14,7 +14,8 @@ import pytest
 
 # Files whose tests create, kill or clean up /dev/shm blocks and semaphores of whole process trees.
 SHARED_MEMORY_FILES = ("test_train_e2e.py", "test_sampler_processes.py", "test_eval_faults.py",
-                       "test_data_label_audit.py")  # its multiprocessing pools make semaphores
+                       "test_data_label_audit.py",  # its multiprocessing pools make semaphores
+                       "test_train_error_set_e2e.py")  # kills a training's process group, runs cleanup-shm
 # The longest units, longest first (pytest --durations on 2 cores, November 2026); every other file
 # keeps its place in the collection order after them.
 LONGEST_FIRST = ("test_tutorial.py", "test_wf_benchmark_robustness.py", "dev_shm", "test_wf_gpu_check.py",

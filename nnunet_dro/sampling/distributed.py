@@ -46,3 +46,27 @@ def all_gather_updates(indices: ArrayLike, losses: ArrayLike, *extra: ArrayLike
     dist.all_gather(gathered, packed)
     out = [np.concatenate([g[r, :s].cpu().numpy() for g, s in zip(gathered, sizes)]) for r in range(len(rows))]
     return (out[0].astype(np.int64), *out[1:])
+
+
+def broadcast_indices(indices: ArrayLike) -> NDArray[np.int64]:
+    """Rank 0's integer vector on every rank (its length may differ from the other ranks' input).
+
+    A choice that every rank must share (the error set of ``ErrorSetWeighting``) is taken from
+    rank 0 rather than trusted to be computed identically everywhere. Returns the input unchanged
+    (as an array) if torch.distributed is not initialised.
+    """
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return idx
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    size = torch.tensor([idx.size], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=0)
+    values = torch.zeros(int(size.item()), dtype=torch.int64, device=device)
+    if dist.get_rank() == 0:
+        values.copy_(torch.from_numpy(idx))
+    dist.broadcast(values, src=0)
+    return values.cpu().numpy().astype(np.int64)

@@ -130,3 +130,14 @@ def escalated_fraction(fraction: float, backoffs: int) -> float:
     [0.5, 0.5, 0.75, 0.875]
     """
     return 1.0 - (1.0 - float(fraction)) * 0.5 ** max(0, int(backoffs) - 1)
+
+
+def escalated_upweight(upweight: float, backoffs: int) -> float:
+    """The error set's upweight ``lambda`` after ``backoffs`` back-offs, by the same rule as
+    :func:`escalated_fraction`: unchanged after one, then its distance to 1 (uniform) halved at
+    each further back-off.
+
+    >>> [escalated_upweight(5.0, k) for k in range(4)]
+    [5.0, 5.0, 3.0, 2.0]
+    """
+    return 1.0 + (float(upweight) - 1.0) * 0.5 ** max(0, int(backoffs) - 1)

@@ -5,7 +5,7 @@
   ``softmax(beta * L)``, number of fresh losses the case contributed). Cases a model finds hard
   are often label errors or rare anatomy: look at the top rows.
   Schemes with groups (group-balanced sampling, group DRO, case weights with groups) add a
-  ``group`` column.
+  ``group`` column; the error-set scheme adds ``in_error_set, error_set_epoch, draws_since_fixed, draw_share``.
 - ``dro_groups.csv`` (schemes with groups): one row per group: ``group, cases, probability,
   times_drawn`` and, for group DRO, ``q`` (the current group weight).
 - ``dro_progress.png``: the per-epoch sampler statistics: beta in force, perplexity ``exp(H(p))``
@@ -32,6 +32,10 @@ HARDNESS_CSV = "dro_hardness.csv"
 GROUPS_CSV = "dro_groups.csv"
 PROGRESS_PNG = "dro_progress.png"
 CSV_COLUMNS = ("case", "stale_loss", "probability", "times_drawn")
+#: columns only some schemes have: the group, and JTT's error set inside one training (whether a case
+#: is in the set in force, the epoch that set was chosen at, the case's draws since then and their
+#: share of all such draws)
+OPTIONAL_COLUMNS = ("group", "in_error_set", "error_set_epoch", "draws_since_fixed", "draw_share")
 
 
 class RedrawPacer:
@@ -97,7 +101,7 @@ def hardness_table(case_ids: Sequence[str], stale_losses: Sequence[float], proba
 
 def write_hardness_csv(path: str | os.PathLike, table: pd.DataFrame) -> None:
     """Write the table of :func:`hardness_table` atomically (full float precision)."""
-    columns = list(CSV_COLUMNS) + (["group"] if "group" in table.columns else [])
+    columns = list(CSV_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in table.columns]
     with atomic_path(path) as tmp:
         table.loc[:, columns].to_csv(tmp, index=False, float_format="%.10g")
 

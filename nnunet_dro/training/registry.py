@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
-from nnunet_dro.training import cohort, gils, related, trainer
+from nnunet_dro.training import cohort, error_set, gils, related, trainer
 from nnunet_dro.training.variants import VARIANTS
 
 #: the modules whose nnUNetTrainer* classes are trainers of this package (besides the variants)
-MODULES = (trainer, cohort, related, gils)
+MODULES = (trainer, cohort, related, gils, error_set)
 PREFIX = "nnUNetTrainer"
 
 

@@ -664,8 +664,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             return
         w = self.case_weighting
         groups = w.groups
-        table = hardness_table(self.dro_case_ids, np.array(w.losses), w.probabilities(), np.array(w.draw_counts),
-                               groups=groups)
+        table = self._hardness_table()
         write_hardness_csv(join(self.output_folder, HARDNESS_CSV), table)
         if groups is not None:
             q = w.group_weights()
@@ -674,6 +673,12 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             lambda: plot_dro_progress(join(self.output_folder, PROGRESS_PNG), self._dro_history,
                                       len(self.dro_case_ids)),
             force=redraw_now)
+
+    def _hardness_table(self):
+        """The rows of ``dro_hardness.csv`` (a scheme with more to say per case adds columns)."""
+        w = self.case_weighting
+        return hardness_table(self.dro_case_ids, np.array(w.losses), w.probabilities(), np.array(w.draw_counts),
+                              groups=w.groups)
 
     # ------------------------------------------------------------------ checkpoint
     def _dro_state(self) -> Optional[Dict[str, Any]]:

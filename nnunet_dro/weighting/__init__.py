@@ -12,6 +12,7 @@ One interface (:class:`CaseWeighting`: ``sample_with_beta``, ``weights``, ``upda
 | ``FixedWeighting``             | fixed, proportional to user weights | 1                                 |
 | ``GroupBalancedWeighting``     | each group equally often      | 1                                         |
 | ``GroupDROWeighting``          | each group equally often      | ``G q_g``, online group DRO               |
+| ``ErrorSetWeighting``          | uniform, then JTT's error set ``lambda`` times as often, fixed | 1 |
 
 >>> from nnunet_dro.weighting import AdaptiveHardnessWeighting, ImportanceWeights
 >>> scheme = AdaptiveHardnessWeighting(10, fraction=0.5, seed=0,
@@ -31,10 +32,11 @@ The arithmetic cores of the schemes that weight without sampling live here too:
 """
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights
 from nnunet_dro.weighting.hardness import AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting
+from nnunet_dro.weighting.error_set import ErrorSetWeighting, choose_error_set
 from nnunet_dro.weighting.groups import FixedWeighting, GroupBalancedWeighting, GroupDROWeighting
 from nnunet_dro.weighting.reweighting import KLReweighting
 from nnunet_dro.weighting.settings import (SETTINGS_CLASSES, AdaptiveHardnessSettings, Chi2HardnessSettings,
-                                           FixedWeightSettings, GroupBalancedSettings, GroupDROSettings,
+                                           ErrorSetSettings, FixedWeightSettings, GroupBalancedSettings, GroupDROSettings,
                                            HardnessSettings, ImportanceSettings, KLReweightSettings,
                                            WeightingSettings)
 
@@ -42,4 +44,4 @@ __all__ = ["CaseWeighting", "ImportanceWeights", "HardnessWeighting", "AdaptiveH
            "Chi2HardnessWeighting", "KLReweighting", "FixedWeighting", "GroupBalancedWeighting", "GroupDROWeighting",
            "WeightingSettings", "HardnessSettings", "AdaptiveHardnessSettings", "Chi2HardnessSettings",
            "KLReweightSettings", "FixedWeightSettings", "GroupBalancedSettings", "GroupDROSettings",
-           "ImportanceSettings", "SETTINGS_CLASSES"]
+           "ImportanceSettings", "SETTINGS_CLASSES", "ErrorSetWeighting", "ErrorSetSettings", "choose_error_set"]

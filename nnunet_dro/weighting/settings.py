@@ -25,6 +25,7 @@ from typing import ClassVar, Optional, Sequence, Tuple, Type, Union
 from numpy.typing import ArrayLike
 
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights
+from nnunet_dro.weighting.error_set import ErrorSetWeighting
 from nnunet_dro.weighting.groups import FixedWeighting, GroupBalancedWeighting, GroupDROWeighting
 from nnunet_dro.weighting.hardness import AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting
 from nnunet_dro.weighting.reweighting import KLReweighting
@@ -356,10 +357,72 @@ class GroupDROSettings(WeightingSettings):
         return GroupDROWeighting(groups, eta=float(self.eta), seed=_seed(self.seed, rank), shared=shared)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ErrorSetSettings(WeightingSettings):
+    """JTT's error set inside one training: :class:`~nnunet_dro.weighting.error_set.ErrorSetWeighting`.
+
+    - ``uniform_until_learned``: the ERM phase, as the default's (uniform sampling until every
+      structure's pseudo-Dice is at least this value; the trainer decides when). At its end the
+      error set is chosen: the hardest ``error_fraction`` of the training cases by stale loss,
+      ties at the boundary included (as ``nnunet_dro jtt`` chooses it).
+    - ``upweight``: from then on each error-set case is drawn this many times as often as the
+      others (JTT's ``lambda_up``), fixed until the end.
+    - ``refresh_at``: None (the set is chosen once), or a fraction of the epochs at which the set
+      is chosen once more from the stale losses then (nothing happens if the ERM phase ends later).
+    - ``guard``, ``guard_recover``, ``guard_escalate``: the default's stability guard; backed off,
+      the sampling is uniform, and an escalation halves the upweight's distance to 1.
+
+    >>> s = ErrorSetSettings()
+    >>> (s.error_fraction, s.upweight, s.refresh_at), s.build(4, shared=False).held_uniform
+    ((0.2, 5.0, None), True)
+    >>> ErrorSetSettings(refresh_at=1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: ErrorSetSettings.refresh_at = 1.5: expected None or a fraction of the epochs in (0, 1)
+    """
+
+    scheme: ClassVar[str] = "error_set"
+    weighting_class: ClassVar[Type[CaseWeighting]] = ErrorSetWeighting
+
+    error_fraction: float = 0.2
+    upweight: float = 5.0
+    uniform_until_learned: float = 0.2
+    refresh_at: Optional[float] = None
+    guard: bool = True
+    guard_recover: float = DEFAULT_GUARD_RECOVER
+    guard_escalate: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        num = (int, float)
+        if isinstance(self.error_fraction, bool) or not isinstance(self.error_fraction, num) \
+                or not 0.0 < self.error_fraction < 1.0:
+            _fail(self, "error_fraction", "0 < error_fraction < 1 (the share of the cases in the error set)")
+        if isinstance(self.upweight, bool) or not isinstance(self.upweight, num) \
+                or not (math.isfinite(self.upweight) and self.upweight >= 1.0):
+            _fail(self, "upweight", "a finite number >= 1 (1: every case drawn equally often)")
+        if isinstance(self.uniform_until_learned, bool) or not isinstance(self.uniform_until_learned, num) \
+                or not 0.0 <= self.uniform_until_learned <= 1.0:
+            _fail(self, "uniform_until_learned", "a pseudo-Dice in [0, 1] (the end of the ERM phase)")
+        if self.refresh_at is not None and (isinstance(self.refresh_at, bool) or not isinstance(self.refresh_at, num)
+                                            or not 0.0 < self.refresh_at < 1.0):
+            _fail(self, "refresh_at", "None or a fraction of the epochs in (0, 1)")
+        for name in ("guard", "guard_escalate"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(self, name, "True or False")
+        if isinstance(self.guard_recover, bool) or not isinstance(self.guard_recover, num) \
+                or not 0.0 < self.guard_recover <= 1.0:
+            _fail(self, "guard_recover", "a fraction of the best pseudo-Dice in (0, 1]")
+
+    def build(self, num_cases: int, rank: int = 0, shared: bool = True) -> ErrorSetWeighting:
+        """The weighting over ``num_cases`` cases, held uniform until the trainer fixes the set."""
+        return ErrorSetWeighting(num_cases, upweight=float(self.upweight), seed=_seed(self.seed, rank), shared=shared)
+
+
 #: every scheme's settings class, in the order of the weighting classes' table
 SETTINGS_CLASSES: Tuple[Type[WeightingSettings], ...] = (
     HardnessSettings, AdaptiveHardnessSettings, Chi2HardnessSettings, KLReweightSettings, FixedWeightSettings,
-    GroupBalancedSettings, GroupDROSettings)
+    GroupBalancedSettings, GroupDROSettings, ErrorSetSettings)
 
 AnySettings = Union[HardnessSettings, AdaptiveHardnessSettings, Chi2HardnessSettings, KLReweightSettings,
-                    FixedWeightSettings, GroupBalancedSettings, GroupDROSettings]
+                    FixedWeightSettings, GroupBalancedSettings, GroupDROSettings, ErrorSetSettings]

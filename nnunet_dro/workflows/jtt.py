@@ -44,6 +44,7 @@ import pandas as pd
 
 from nnunet_dro.atomic import write_text_atomic
 from nnunet_dro.errors import UserError
+from nnunet_dro.weighting.error_set import TIE_TOLERANCE, choose_error_set  # noqa: F401 (TIE_TOLERANCE: re-exported)
 
 RULES = ("worst-dice", "mean-dice")
 
@@ -55,10 +56,6 @@ def case_scores(per_case: pd.DataFrame, rule: str) -> pd.Series:
         raise UserError(f"--rule {rule!r}: choose one of {', '.join(RULES)}")
     grouped = per_case.dropna(subset=["value"]).groupby("case")["value"]
     return (grouped.min() if rule == "worst-dice" else grouped.mean()).sort_index()
-
-
-#: scores this close are a tie (Dice in percent from voxel counts: equal cases are equal to the last digit)
-TIE_TOLERANCE = 1e-9
 
 
 def error_set(per_case: pd.DataFrame, fraction: float, rule: str = "worst-dice") -> list[str]:
@@ -85,17 +82,10 @@ def _error_set_and_ties(per_case: pd.DataFrame, fraction: float, rule: str):
     scores = case_scores(per_case, rule)
     if scores.empty:
         raise UserError("no case has a Dice to rank: the evaluation scored nothing")
-    ranked = sorted(scores.items(), key=lambda item: (item[1], item[0]))
-    asked = math.ceil(fraction * len(ranked))
-    boundary = ranked[asked - 1][1]
-    chosen = [case for case, score in ranked if score <= boundary + TIE_TOLERANCE]
-    tied = [case for case, score in ranked if abs(score - boundary) <= TIE_TOLERANCE]
-    crosses = len(chosen) > asked or any(case not in chosen for case in tied)
-    if len(chosen) == len(ranked) and asked < len(ranked):
-        raise UserError(f"{len(tied)} of the {len(ranked)} cases tie at score {boundary:g} ({rule}) at the boundary of "
-                        f"the error set: with every tied case in it, every case would be upweighted, which is no "
-                        f"error set; the first training's scores do not separate the cases")
-    return chosen, (sorted(tied) if crosses else []), asked
+    # the one rule of the error set, shared with the trainer that chooses it inside one training
+    choice = choose_error_set(scores, fraction, worst="lowest", what=rule,
+                              why="the first training's scores do not separate the cases")
+    return list(choice.cases), list(choice.tied), choice.asked
 
 
 def case_weight_table(cases: Sequence[str], errors: Sequence[str], upweight: float) -> pd.DataFrame:

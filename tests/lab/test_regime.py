@@ -154,3 +154,18 @@ def test_the_report_covers_every_recorded_arm_not_only_the_batchs(tmp_path: Path
     assert report_arms(tmp_path, ["ERM", "DROLS_ceAscent"]) == ["ERM", "JTT", "DROLS", "DROLS_ceAscent",
                                                                  "Custom_a", "Custom_b"]
     assert report_arms(tmp_path / "empty", ["ERM"]) == ["ERM"]
+
+
+def test_the_error_set_trainers_are_arms_the_regime_can_name():
+    """Issue 79's trainers need no list: their CPU-budget twins exist and the regime's command
+    line names them as arms the benchmark accepts (the lead schedules the runs)."""
+    from nnunet_dro.lab import budget
+    from nnunet_dro.lab.benchmark_analysis import parse_arms
+    from nnunet_dro.lab.pipeline import ARM_TRAINERS
+
+    for arm in ("DROAdaptive_errorSet", "DROAdaptive_errorSet_refresh70"):
+        twin = f"nnUNetTrainer{arm}_CPUBudget"
+        assert ARM_TRAINERS[arm] == twin and hasattr(budget, twin)
+        command = benchmark_command(Job(40, arm), Path("out"), None)
+        arms = command[command.index("--arms") + 1]
+        assert arms == f"ERM,{arm}" and parse_arms(arms) == ["ERM", arm]

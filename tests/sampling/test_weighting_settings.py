@@ -15,13 +15,14 @@ from nnunet_dro.weighting import (AdaptiveHardnessSettings, AdaptiveHardnessWeig
                                   GroupBalancedWeighting, GroupDROSettings, GroupDROWeighting, HardnessSettings,
                                   HardnessWeighting, ImportanceSettings, KLReweighting, KLReweightSettings,
                                   SETTINGS_CLASSES)
-from nnunet_dro.weighting.settings import DEFAULT_INIT_LOSS
+from nnunet_dro.weighting.error_set import ErrorSetWeighting
+from nnunet_dro.weighting.settings import DEFAULT_INIT_LOSS, ErrorSetSettings
 
 
 def test_one_settings_class_per_weighting_class_and_every_scheme_once():
     classes = {s.weighting_class for s in SETTINGS_CLASSES}
     assert classes == {HardnessWeighting, AdaptiveHardnessWeighting, Chi2HardnessWeighting, KLReweighting,
-                       FixedWeighting, GroupBalancedWeighting, GroupDROWeighting}
+                       FixedWeighting, GroupBalancedWeighting, GroupDROWeighting, ErrorSetWeighting}
     assert len(classes) == len(SETTINGS_CLASSES)
     schemes = [s.scheme for s in SETTINGS_CLASSES]
     assert len(set(schemes)) == len(schemes) and all(schemes)
@@ -84,7 +85,9 @@ def test_fields_of_one_scheme_do_not_exist_on_another():
                      "trim_fraction", "guard", "guard_recover", "guard_escalate"}
     for cls in SETTINGS_CLASSES:
         names = {f.name for f in dataclasses.fields(cls)}
-        if cls is not AdaptiveHardnessSettings:
+        if cls is ErrorSetSettings:  # the default's ERM phase and guard, acting on the error set's draws
+            assert names & adaptive_only == {"uniform_until_learned", "guard", "guard_recover", "guard_escalate"}
+        elif cls is not AdaptiveHardnessSettings:
             assert not names & adaptive_only, cls
         if cls not in (GroupBalancedSettings, GroupDROSettings):
             assert "column" not in names, cls

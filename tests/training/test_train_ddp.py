@@ -90,3 +90,48 @@ def test_ranks_hold_the_same_loss_vector_after_all_gathered_updates():
     assert counts0.sum() == STEPS * (2 + 3)          # every rank saw every rank's pairs
     assert weights0 == weights1 == STEPS * (2 + 3)    # clipped-weight statistics are global too
     assert drawn0 != drawn1                           # but each rank draws from its own stream
+
+
+def _error_set_rank_main(rank: int, port: int, results) -> None:
+    import torch.distributed as dist
+
+    from nnunet_dro.sampling.distributed import broadcast_indices
+    from nnunet_dro.weighting import ErrorSetWeighting
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        # each rank its own draws; coarse losses, so ties at the boundary are likely
+        weighting = ErrorSetWeighting(NUM_CASES, upweight=5.0, seed=321 + rank)
+        rng = np.random.default_rng(rank)
+        for _ in range(3 * STEPS):
+            idx, _ = weighting.sample_with_beta(2 + rank)
+            fresh = np.round(rng.uniform(0.0, 1.0, idx.size), 1)
+            weighting.update(*all_gather_updates(idx, fresh))
+        choice = weighting.fix(0.2, epoch=3)
+        # what the trainer adds on top: rank 0's set everywhere, even where a rank chose another one
+        mine = list(choice.cases) if rank == 0 else [NUM_CASES - 1]
+        agreed = broadcast_indices(mine).tolist()
+        results.put((rank, list(choice.cases), agreed, weighting.selection_losses().tolist(),
+                     weighting.probabilities().tolist()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_choose_the_same_error_set_from_the_gathered_losses_and_take_rank_0s():
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_error_set_rank_main, args=(r, port, results)) for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    try:
+        out = sorted(_get_result(results, procs) for _ in range(WORLD))
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+    assert all(p.exitcode == 0 for p in procs)
+    (_, set0, agreed0, losses0, p0), (_, set1, agreed1, losses1, p1) = out
+    assert losses0 == losses1          # the same stale losses (never-drawn cases: inf on both)
+    assert set0 == set1 and len(set0) >= 2 and p0 == p1
+    assert agreed0 == agreed1 == set0  # rank 1 offered another set and got rank 0's

@@ -10,7 +10,7 @@ import pytest
 
 import nnunet_dro.training as training
 from nnunet_dro.training.variants import VARIANTS
-from nnunet_dro.weighting.settings import AdaptiveHardnessSettings, HardnessSettings
+from nnunet_dro.weighting.settings import AdaptiveHardnessSettings, ErrorSetSettings, HardnessSettings
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 TEXT = PAGE.read_text()
@@ -69,6 +69,20 @@ def test_the_scale_free_table_states_each_trainers_fraction_importance_weights_a
             assert settings.fraction == f, name
             assert settings.importance.enabled == importance.startswith("on"), name
             assert settings.max_weight == (None if cap.startswith("no cap") else numbers(cap)[0]), name
+
+
+def test_the_error_set_table_states_each_trainers_fraction_upweight_and_refresh():
+    rows = table_rows("| trainer | error set | drawn | chosen |")
+    assert len(rows) == 2
+    for trainer, fraction, drawn, chosen in rows:
+        (name,) = row_trainers(trainer)
+        settings = getattr(training, name).dro_settings
+        assert type(settings) is ErrorSetSettings, name
+        assert settings.error_fraction == numbers(fraction)[0], name
+        assert settings.upweight == numbers(drawn)[0], name
+        refresh = re.search(r"once more at ([\d.]+) of the epochs", chosen)
+        assert settings.refresh_at == (float(refresh.group(1)) if refresh else None), name
+        assert "end of the ERM phase" in chosen and settings.uniform_until_learned == 0.2, name
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

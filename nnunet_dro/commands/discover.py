@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from nnunet_dro.commands.arg_types import non_negative_int, positive_int
+from nnunet_dro.commands.arg_types import count_or_share, non_negative_int, positive_int
 
 
 def register(subparsers) -> None:
@@ -47,8 +47,13 @@ def register(subparsers) -> None:
                              "\"NAME=l1,l2;NAME=l3\". Default: the dataset.json beside the references")
     parser.add_argument("-f", "--folds", dest="folds", type=non_negative_int, nargs="+", default=None, metavar="FOLD",
                         help="with a trainer folder: only these folds' validation predictions")
-    parser.add_argument("--min-size", type=positive_int, default=10, metavar="N",
-                        help="smallest group worth reporting, in cases. Default: 10")
+    parser.add_argument("--min-size", type=count_or_share, default=10, metavar="N|P%",
+                        help="smallest group worth reporting: a count of cases (10) or a share of them (5%% or "
+                             "0.05, rounded up, at least 2 cases). A better-fitting split refused by it is named "
+                             "in one line with its groups' sizes. Default: 10")
+    parser.add_argument("--missing", default="error", choices=["error", "worst", "skip"],
+                        help="a reference case without prediction, as in evaluate: error, worst (Dice 0 and the "
+                             "worst HD95: such cases form a group of their own) or skip (left out). Default: error")
     parser.add_argument("--max-groups", type=positive_int, default=8, metavar="K",
                         help="most groups tried. Default: 8")
     parser.add_argument("--error-weight", type=positive_int, default=3, metavar="W",
@@ -70,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     summary = discover(args.pred, args.ref, args.o, images=args.images, regions=args.regions,
                        hd95=not args.no_hd95, min_size=args.min_size, max_groups=args.max_groups,
                        error_weight=args.error_weight, n_bootstrap=args.bootstrap, seed=args.seed,
-                       num_processes=args.np, folds=args.folds)
+                       num_processes=args.np, folds=args.folds, missing=args.missing,
+                       progress=sys.stderr.isatty())  # bars in a terminal; a log file or a pipe gets none
     for group in summary["groups"]:
         words = "; ".join(f["text"] for f in group["features"]) or "no distinguishing feature"
         flag = " [suspect labels]" if group["suspect_labels"] else ""

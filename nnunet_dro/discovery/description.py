@@ -142,6 +142,8 @@ def distinguishing_features(features: pd.DataFrame, in_group: np.ndarray, limit:
             continue
         raw = pd.to_numeric(features[column], errors="coerce")
         group_median, cohort_median = float(raw[in_group].median()), float(raw.median())
+        if _number(group_median) == _number(cohort_median):
+            continue  # equal as shown: "high Dice (66.7 vs 66.7 %)" would read as a difference that is not there
         found.append({"feature": column, "effect": effect, "group_median": group_median,
                       "cohort_median": cohort_median,
                       "text": describe_feature(column, group_median, cohort_median, effect)})

@@ -23,7 +23,8 @@ def register(subparsers) -> None:
         description="Per case: Dice and HD95 per region and their ranks, DRO hardness (fold_N/dro_hardness.csv "
                     "of a trainer folder), reference and predicted volumes, image intensity and contrast in and "
                     "around each region (with -i). The cases are clustered by a diagonal Gaussian mixture with the "
-                    "error features counted --error-weight times; the number of groups is the lowest BIC among "
+                    "error features counted --error-weight times, components merged where their errors do not "
+                    "differ; the number of groups is the lowest BIC among "
                     "those whose smallest group has at least --min-size cases. OUT_DIR gets report.md (each group "
                     "in words, its Dice mean/p10/CVaR10 against the rest with case-resampling bootstrap "
                     "intervals, 'suspect labels' where the label audit flags most of its cases), groups.json, "
@@ -56,9 +57,9 @@ def register(subparsers) -> None:
                              "worst HD95: such cases form a group of their own) or skip (left out). Default: error")
     parser.add_argument("--max-groups", type=positive_int, default=8, metavar="K",
                         help="most groups tried. Default: 8")
-    parser.add_argument("--error-weight", type=positive_int, default=3, metavar="W",
+    parser.add_argument("--error-weight", type=positive_int, default=8, metavar="W",
                         help="how many times the error features (Dice, HD95, their ranks, hardness) count in the "
-                             "mixture's likelihood. Default: 3")
+                             "mixture's likelihood. Default: 8")
     parser.add_argument("--no-hd95", action="store_true", help="leave HD95 out (faster on large images)")
     parser.add_argument("--bootstrap", type=non_negative_int, default=1000, metavar="N",
                         help="case resamples for the intervals of group - rest. Default: 1000")

@@ -87,7 +87,8 @@ def hardness_tables(trainer_folder: Path) -> list[pd.DataFrame]:
 
 def discover(prediction: str, reference: str | None, output: str | None, *, images: str | None = None,
              regions: str | None = None, hd95: bool = True, min_size: int | float = 10, max_groups: int = 8,
-             error_weight: int = 3, n_bootstrap: int = 1000, seed: int = 0, num_processes: int | None = None,
+             error_weight: int = clustering.ERROR_WEIGHT, n_bootstrap: int = 1000, seed: int = 0,
+             num_processes: int | None = None,
              folds: Sequence[int] | None = None, echo: Callable[[str], None] | None = None,
              name: str | None = None, missing: str = "error", progress: bool = False) -> dict:
     """Discover candidate hard subgroups; write the report folder ``output`` (None: compute only)
@@ -185,7 +186,8 @@ def _blocked(found: clustering.Clustering, min_size: int | float) -> dict | None
     return {**found.blocked, "below": small, "text": text}
 
 
-def summarise(table: pd.DataFrame, *, source: str, min_size: int | float = 10, max_groups: int = 8, error_weight: int = 3,
+def summarise(table: pd.DataFrame, *, source: str, min_size: int | float = 10, max_groups: int = 8,
+              error_weight: int = clustering.ERROR_WEIGHT,
               n_bootstrap: int = 1000, seed: int = 0, not_used: str = "") -> tuple[dict, pd.DataFrame]:
     """Cluster a feature table and describe each group: ``(summary, table with the group column,
     membership probability and audit flags)``. Shared by the command and the benchmark script."""

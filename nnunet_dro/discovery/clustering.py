@@ -49,10 +49,18 @@ from nnunet_dro.errors import UserError
 LOG_KINDS = ("ref_volume", "pred_volume", "hd95")
 #: kinds whose high values are bad (the others of ERROR_KINDS: low values are bad)
 HIGH_IS_BAD = ("hd95", "hardness")
+#: kinds where any departure from 0 is bad (a signed error: both directions are failures)
+SIGNED_ERRORS = ("volume_error",)
 CLIP = 8.0
 #: components whose mean error differs by less than this on every error column (robust SDs) are one
 #: group. Chosen on the tuning repeats of scripts/benchmark_discovery.py (seeds apart from those reported).
 MERGE_DISTANCE = 1.0
+#: how many times the error columns count in the likelihood (was 3; 8 on the tuning repeats)
+ERROR_WEIGHT = 8
+#: for that comparison the standardised errors are clipped here: beyond it a case fails, and two
+#: failing components that differ only in how far out they lie (a large group in the tail, split
+#: by the BIC) are one group
+MERGE_CLIP = 3.0
 
 
 def min_size_count(min_size: int | float, n_cases: int) -> int:
@@ -144,7 +152,8 @@ def badness(standardised: pd.DataFrame) -> pd.Series:
     columns = [c for c in standardised.columns if kind_of(c) in ERROR_KINDS]
     if not columns:
         return pd.Series(0.0, index=standardised.index)
-    signed = pd.DataFrame({c: standardised[c] if kind_of(c) in HIGH_IS_BAD else -standardised[c] for c in columns})
+    signed = pd.DataFrame({c: standardised[c].abs() if kind_of(c) in SIGNED_ERRORS
+                           else standardised[c] if kind_of(c) in HIGH_IS_BAD else -standardised[c] for c in columns})
     return signed.mean(axis=1)
 
 
@@ -161,7 +170,8 @@ def unweighted_bic(model, data: np.ndarray) -> float:
     return -2.0 * log_likelihood + (k * 2 * d + k - 1) * np.log(len(data))
 
 
-def discover_clusters(table: pd.DataFrame, min_size: int | float = 10, max_groups: int = 8, error_weight: int = 3,
+def discover_clusters(table: pd.DataFrame, min_size: int | float = 10, max_groups: int = 8,
+                      error_weight: int = ERROR_WEIGHT,
                       seed: int = 0, n_init: int = 5, merge_distance: float = MERGE_DISTANCE) -> Clustering:
     """Cluster the rows of a feature table (:mod:`~nnunet_dro.discovery.features`); see the module
     docstring. ``min_size``: a count of cases or a share of them (:func:`min_size_count`).
@@ -185,7 +195,7 @@ def discover_clusters(table: pd.DataFrame, min_size: int | float = 10, max_group
         model = GaussianMixture(k, covariance_type="diag", reg_covar=1e-2, n_init=n_init, random_state=seed)
         model.fit(weighted)
         components = model.predict(weighted)
-        labels = merge_by_error(components, errors, merge_distance)
+        labels = merge_by_error(components, np.clip(errors, -MERGE_CLIP, MERGE_CLIP), merge_distance)
         sizes = np.bincount(labels)
         accepted = bool(sizes.min() >= size)
         bic = unweighted_bic(model, data.to_numpy())

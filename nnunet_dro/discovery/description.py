@@ -112,6 +112,9 @@ def describe_feature(column: str, group_median: float, cohort_median: float, eff
         return f"{'high' if higher else 'low'} image contrast around the {region} {values} SD of the brain)"
     if kind == "intensity":
         return f"{'bright' if higher else 'dark'} {region} in the image {values} SD from the brain mean)"
+    if kind == "volume_error":
+        return f"{region} {'over' if higher else 'under'}-segmented (predicted volume {group_median:+.3g} % vs " \
+               f"{cohort_median:+.3g} % of the reference)"
     if kind == "dice":
         return f"{'high' if higher else 'low'} {region} Dice {values} %)"
     if kind == "dice_rank":

@@ -142,7 +142,8 @@ def write_jtt_table(prediction: str, output: str | Path, *, reference: str | Non
     except MissingPredictionError as error:
         # jtt has no --missing: a case the first training never predicted has no error to rank, and a
         # Dice of 0 invented for it would put it in the error set
-        raise UserError(f"{error.problems} (JTT ranks every training case by the first training's error: write "
+        problems = error.problems.replace(" (evaluate these folds' cases only with --folds)", "")  # refused below
+        raise UserError(f"{problems} (JTT ranks every training case by the first training's error: write "
                         f"the missing predictions first, e.g. nnUNetv2_train DATASET CONFIG FOLD --val with the "
                         f"first training's -tr)") from None
     _check_training_cases(result.settings["reference"], sorted(set(result.per_case["case"])), folds)

@@ -27,7 +27,15 @@ Planted label noise (record ``noise177_240``, seeds 13-15, 8 of 177 training lab
 hardness from each DRO arm's ``dro_hardness.csv`` plus reference volumes and intensity features;
 does a group collect the noisy cases, and is it named "suspect labels"?
 
-One command::
+Four planted failure kinds (issue 82): cohorts of 100 synthetic fetal test cases (80 % control, 20 %
+spina bifida) with 5, 10 or 20 % of the cases planted with under-fitted rare anatomy, an acquisition
+shift, an annotation bias or a shortcut. The predictions are simulated (training nnU-Net per repeat
+is beyond 2 cores): each mechanism is applied to the cohort's real label maps (and site_C images),
+as :func:`planted_case` describes; scores are the evaluation's Dice and HD95, features discover's.
+The error weight and merge distance of ``discover`` were chosen on :data:`TUNE_SEEDS`; the results
+are :data:`REPORT_SEEDS`. Baselines: k-means on the same error columns and the hardest 10 %.
+
+One command (about 15 minutes on one core)::
 
     python scripts/benchmark_discovery.py -o data_docs/benchmark_record/discovery
 """
@@ -389,7 +397,7 @@ def planted_runs(seeds, merge_distances=(None,)) -> pd.DataFrame:
                     rows.append({**base, "method": "kmeans_errors", "k": int(labels.max() + 1),
                                  **best_match(labels, truth)})
                     rows.append({**base, "method": "hardest10", "k": 1, **hardest_tenth(table, truth)})
-            print(f"  planted seed {seed} done", flush=True)
+        print(f"  planted seed {seed} done", flush=True)
         cache.clear()
     return pd.DataFrame(rows)
 

@@ -31,8 +31,9 @@ def register(subparsers) -> None:
                     "features.tsv and subgroups.tsv (column discovered_group) for evaluate -groups and the group "
                     "trainers.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-pred", required=True, metavar="DIR",
-                        help="a prediction folder (with -ref), or an nnU-Net trainer folder (TRAINER__PLANS__CONFIG "
+    parser.add_argument("-pred", required=True, metavar="[NAME=]DIR",
+                        help="(NAME= optional, as in evaluate: the name messages give it; default the folder's "
+                             "name) a prediction folder (with -ref), or an nnU-Net trainer folder (TRAINER__PLANS__CONFIG "
                              "with fold_N subfolders): its fold_N/validation cross-validation predictions and "
                              "fold_N/dro_hardness.csv where present")
     parser.add_argument("-ref", default=None, metavar="GT_DIR",
@@ -73,7 +74,10 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.discovery.api import discover
 
-    summary = discover(args.pred, args.ref, args.o, images=args.images, regions=args.regions,
+    from nnunet_dro.commands.evaluate import parse_predictions
+
+    (name, prediction), = parse_predictions([args.pred]).items()
+    summary = discover(prediction, args.ref, args.o, name=name, images=args.images, regions=args.regions,
                        hd95=not args.no_hd95, min_size=args.min_size, max_groups=args.max_groups,
                        error_weight=args.error_weight, n_bootstrap=args.bootstrap, seed=args.seed,
                        num_processes=args.np, folds=args.folds, missing=args.missing,

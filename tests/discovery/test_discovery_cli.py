@@ -170,6 +170,8 @@ def test_missing_predictions_follow_the_evaluation_and_name_the_folder(zero_dice
     assert result.returncode == 2 and "my_model has no prediction for 1 case(s)" in result.stderr
     assert "--missing worst or --missing skip" in result.stderr and "discover has" not in result.stderr
     assert not (tmp_path / "o").exists()
+    named = _discover({**world, "pred": f"mine={pred}"}, tmp_path / "o", check=False)
+    assert named.returncode == 2 and "mine has no prediction for 1 case(s)" in named.stderr
     skipped = _discover(world, tmp_path / "skip", "--missing", "skip", "--min-size", 5)
     assert "1 case(s) without prediction skipped (--missing skip)" in skipped.stderr
     assert json.loads((tmp_path / "skip" / "groups.json").read_text())["n_cases"] == 29

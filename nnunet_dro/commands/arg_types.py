@@ -36,6 +36,30 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def count_or_share(text: str) -> int | float:
+    """A number of cases (an integer >= 1) or a share of them: ``5%`` or a decimal in (0, 1).
+
+    >>> count_or_share("10"), count_or_share("5%"), count_or_share("0.05")
+    (10, 0.05, 0.05)
+    """
+    value = text.strip()
+    try:
+        if value.endswith("%"):
+            share = float(value[:-1]) / 100.0
+        elif value.isdigit():
+            count = int(value)
+            if count < 1:
+                raise ValueError
+            return count
+        else:
+            share = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is neither a count of cases (>= 1) nor a share (5% or 0.05)") from None
+    if not (math.isfinite(share) and 0.0 < share < 1.0):
+        raise argparse.ArgumentTypeError(f"{text}: a share must lie strictly between 0 and 100 % (or 0 and 1)")
+    return share
+
+
 def dataset_id(text: str) -> int:
     """nnU-Net's dataset IDs: 1..999."""
     value = _integer(text, "a dataset ID (1-999)")

@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         if args.group_by not in table.columns:
             raise UserError(f"{args.groups}: no column {args.group_by!r} (columns: {', '.join(table.columns)})")
         groups = table.set_index("case")[args.group_by]
-    volumes = label_volumes(args.dataset_dir / args.labels, labels, file_ending, processes)
+    volumes = label_volumes(args.dataset_dir / args.labels, labels, file_ending, processes,
+                            progress=sys.stderr.isatty())  # bars in a terminal only
     try:
         flags = audit_volumes(volumes, presence=args.presence, fence=args.fence, groups=groups)
     except UserError as error:

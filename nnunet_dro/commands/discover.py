@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from nnunet_dro.commands.arg_types import non_negative_int, positive_int
+from nnunet_dro.commands.arg_types import count_or_share, non_negative_int, positive_int
 
 
 def register(subparsers) -> None:
@@ -23,15 +23,17 @@ def register(subparsers) -> None:
         description="Per case: Dice and HD95 per region and their ranks, DRO hardness (fold_N/dro_hardness.csv "
                     "of a trainer folder), reference and predicted volumes, image intensity and contrast in and "
                     "around each region (with -i). The cases are clustered by a diagonal Gaussian mixture with the "
-                    "error features counted --error-weight times; the number of groups is the lowest BIC among "
+                    "error features counted --error-weight times, components merged where their errors do not "
+                    "differ; the number of groups is the lowest BIC among "
                     "those whose smallest group has at least --min-size cases. OUT_DIR gets report.md (each group "
                     "in words, its Dice mean/p10/CVaR10 against the rest with case-resampling bootstrap "
                     "intervals, 'suspect labels' where the label audit flags most of its cases), groups.json, "
                     "features.tsv and subgroups.tsv (column discovered_group) for evaluate -groups and the group "
                     "trainers.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-pred", required=True, metavar="DIR",
-                        help="a prediction folder (with -ref), or an nnU-Net trainer folder (TRAINER__PLANS__CONFIG "
+    parser.add_argument("-pred", required=True, metavar="[NAME=]DIR",
+                        help="(NAME= optional, as in evaluate: the name messages give it; default the folder's "
+                             "name) a prediction folder (with -ref), or an nnU-Net trainer folder (TRAINER__PLANS__CONFIG "
                              "with fold_N subfolders): its fold_N/validation cross-validation predictions and "
                              "fold_N/dro_hardness.csv where present")
     parser.add_argument("-ref", default=None, metavar="GT_DIR",
@@ -47,13 +49,18 @@ def register(subparsers) -> None:
                              "\"NAME=l1,l2;NAME=l3\". Default: the dataset.json beside the references")
     parser.add_argument("-f", "--folds", dest="folds", type=non_negative_int, nargs="+", default=None, metavar="FOLD",
                         help="with a trainer folder: only these folds' validation predictions")
-    parser.add_argument("--min-size", type=positive_int, default=10, metavar="N",
-                        help="smallest group worth reporting, in cases. Default: 10")
+    parser.add_argument("--min-size", type=count_or_share, default=10, metavar="N|P%",
+                        help="smallest group worth reporting: a count of cases (10) or a share of them (5%% or "
+                             "0.05, rounded up, at least 2 cases). A better-fitting split refused by it is named "
+                             "in one line with its groups' sizes. Default: 10")
+    parser.add_argument("--missing", default="error", choices=["error", "worst", "skip"],
+                        help="a reference case without prediction, as in evaluate: error, worst (Dice 0 and the "
+                             "worst HD95: such cases form a group of their own) or skip (left out). Default: error")
     parser.add_argument("--max-groups", type=positive_int, default=8, metavar="K",
                         help="most groups tried. Default: 8")
-    parser.add_argument("--error-weight", type=positive_int, default=3, metavar="W",
+    parser.add_argument("--error-weight", type=positive_int, default=8, metavar="W",
                         help="how many times the error features (Dice, HD95, their ranks, hardness) count in the "
-                             "mixture's likelihood. Default: 3")
+                             "mixture's likelihood. Default: 8")
     parser.add_argument("--no-hd95", action="store_true", help="leave HD95 out (faster on large images)")
     parser.add_argument("--bootstrap", type=non_negative_int, default=1000, metavar="N",
                         help="case resamples for the intervals of group - rest. Default: 1000")
@@ -67,10 +74,14 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.discovery.api import discover
 
-    summary = discover(args.pred, args.ref, args.o, images=args.images, regions=args.regions,
+    from nnunet_dro.commands.evaluate import parse_predictions
+
+    (name, prediction), = parse_predictions([args.pred]).items()
+    summary = discover(prediction, args.ref, args.o, name=name, images=args.images, regions=args.regions,
                        hd95=not args.no_hd95, min_size=args.min_size, max_groups=args.max_groups,
                        error_weight=args.error_weight, n_bootstrap=args.bootstrap, seed=args.seed,
-                       num_processes=args.np, folds=args.folds)
+                       num_processes=args.np, folds=args.folds, missing=args.missing,
+                       progress=sys.stderr.isatty())  # bars in a terminal; a log file or a pipe gets none
     for group in summary["groups"]:
         words = "; ".join(f["text"] for f in group["features"]) or "no distinguishing feature"
         flag = " [suspect labels]" if group["suspect_labels"] else ""

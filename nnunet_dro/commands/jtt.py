@@ -10,6 +10,7 @@ Example (cross-validation of nnU-Net's ERM, then the second training on fold 0):
 from __future__ import annotations
 
 import argparse
+import sys
 
 from nnunet_dro.commands.arg_types import non_negative_int, positive_int
 
@@ -33,7 +34,8 @@ def register(subparsers) -> None:
                         help="the table to write, e.g. $nnUNet_preprocessed/DatasetXXX_Name/case_weights.tsv "
                              "(where nnUNetTrainerCaseWeights looks)")
     parser.add_argument("--fraction", type=float, default=0.2,
-                        help="share of the cases in the error set (0-1, rounded up). Default: 0.2")
+                        help="share of the cases in the error set, strictly between 0 and 1 (rounded up). "
+                             "Default: 0.2")
     parser.add_argument("--rule", default="worst-dice", choices=["worst-dice", "mean-dice"],
                         help="rank cases by their lowest region Dice (worst-dice) or their mean Dice. "
                              "Default: worst-dice")
@@ -42,7 +44,8 @@ def register(subparsers) -> None:
     parser.add_argument("-regions", default=None, metavar="SPEC",
                         help="regions to score (as nnunet_dro evaluate). Default: the dataset's labels")
     parser.add_argument("-f", "--folds", dest="folds", type=non_negative_int, nargs="+", default=None, metavar="FOLD",
-                        help="cross-validation folds to read (default: every fold_N)")
+                        help="cross-validation folds to read (default: every fold_N); together they must "
+                         "validate every training case, since the second training needs a weight for each")
     parser.add_argument("-np", dest="num_processes", type=positive_int, default=None, metavar="N",
                         help="processes reading cases. Default: nnUNet_def_n_proc or 8")
     parser.set_defaults(func=run)
@@ -53,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     from nnunet_dro.commands.evaluate import parse_predictions
 
-    (_, prediction), = parse_predictions([args.pred]).items()
+    (name, prediction), = parse_predictions([args.pred]).items()
     write_jtt_table(prediction, args.output, reference=args.ref, fraction=args.fraction, rule=args.rule,
                     upweight=args.upweight, regions=args.regions, folds=args.folds,
-                    num_processes=args.num_processes)
+                    num_processes=args.num_processes, name=name,
+                    progress=sys.stderr.isatty())  # bars in a terminal; a log file or a pipe gets none
     return 0

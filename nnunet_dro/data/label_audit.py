@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -85,17 +86,28 @@ def _case_volumes(job: tuple[str, str, dict[str, list[int]]]) -> dict:
 
 
 def label_volumes(labels_dir: str | os.PathLike, labels: dict[str, list[int]], file_ending: str = ".nii.gz",
-                  num_processes: int = 1) -> pd.DataFrame:
-    """One row per label file of ``labels_dir``: the case and each label's volume in mL."""
+                  num_processes: int = 1, progress: bool = False) -> pd.DataFrame:
+    """One row per label file of ``labels_dir``: the case and each label's volume in mL
+    (``progress``: a progress bar on stderr, as ``nnunet_dro evaluate`` shows)."""
+    from tqdm import tqdm
+
     files = sorted(Path(labels_dir).glob(f"*{file_ending}"))
     if not files:
         raise UserError(f"{labels_dir}: no label files ending in {file_ending}")
     jobs = [(f.name[:-len(file_ending)], str(f), labels) for f in files]
-    if num_processes > 1 and len(jobs) > 1:
-        with Pool(min(num_processes, len(jobs))) as pool:
-            rows = pool.map(_case_volumes, jobs)
-    else:
-        rows = [_case_volumes(job) for job in jobs]
+    with tqdm(total=len(jobs), desc="Reading labels", unit="case", file=sys.stderr, disable=not progress,
+              leave=False) as bar:
+        if num_processes > 1 and len(jobs) > 1:
+            with Pool(min(num_processes, len(jobs))) as pool:
+                rows = []
+                for row in pool.imap(_case_volumes, jobs):  # imap keeps the order and reports each case
+                    rows.append(row)
+                    bar.update()
+        else:
+            rows = []
+            for job in jobs:
+                rows.append(_case_volumes(job))
+                bar.update()
     return pd.DataFrame(rows, columns=["case", *labels])
 
 

@@ -62,12 +62,12 @@ def _read_image(path: str) -> np.ndarray:
 
 
 def _case_region_features(job) -> tuple[str, dict[str, float]]:
-    case, ref_path, pred_path, image_path, regions = job
+    case, ref_path, pred_path, image_path, regions, method = job
     reference, geometry = read_segmentation(ref_path)
     prediction = None
     if pred_path is not None:
         prediction, pred_geometry = read_segmentation(pred_path)
-        check_same_geometry(case, geometry, pred_geometry, METHOD)
+        check_same_geometry(case, geometry, pred_geometry, method)
     image = _read_image(image_path) if image_path is not None else None
     if image is not None and image.shape != reference.shape:
         raise UserError(f"image {image_path}: shape {image.shape} differs from its reference's {reference.shape}")
@@ -86,20 +86,27 @@ def hardness_tables(trainer_folder: Path) -> list[pd.DataFrame]:
 
 
 def discover(prediction: str, reference: str | None, output: str | None, *, images: str | None = None,
-             regions: str | None = None, hd95: bool = True, min_size: int = 10, max_groups: int = 8,
-             error_weight: int = 3, n_bootstrap: int = 1000, seed: int = 0, num_processes: int | None = None,
-             folds: Sequence[int] | None = None, echo: Callable[[str], None] | None = None) -> dict:
+             regions: str | None = None, hd95: bool = True, min_size: int | float = 10, max_groups: int = 8,
+             error_weight: int = clustering.ERROR_WEIGHT, n_bootstrap: int = 1000, seed: int = 0,
+             num_processes: int | None = None,
+             folds: Sequence[int] | None = None, echo: Callable[[str], None] | None = None,
+             name: str | None = None, missing: str = "error", progress: bool = False) -> dict:
     """Discover candidate hard subgroups; write the report folder ``output`` (None: compute only)
-    and return the summary written to ``groups.json``."""
+    and return the summary written to ``groups.json``. ``name``: the predictions' name in messages
+    (default: the folder's name); ``missing``: the evaluation's ``--missing`` policy (``error``,
+    ``worst``: a missing prediction scores Dice 0 and the worst HD95, ``skip``: its case is left
+    out); ``progress``: progress bars on stderr while cases are read. ``min_size``: a count of
+    cases or a share (a float in (0, 1))."""
     from nnunet_dro.evaluation.api import default_num_processes, evaluate
 
     echo = echo or (lambda text: print(text, file=sys.stderr))
+    method = name or os.path.basename(os.path.normpath(prediction)) or METHOD
     if output is not None:
         report.check_output(output)
     trainer = is_trainer_folder(prediction)
     hardness = None
     if trainer:
-        cv = gather_validation(METHOD, prediction, folds)
+        cv = gather_validation(method, prediction, folds)
         pred_files = cv.files
         if reference is None:
             reference = str(dataset_labels_folder([cv]))
@@ -113,20 +120,36 @@ def discover(prediction: str, reference: str | None, output: str | None, *, imag
         pred_files = list_segmentations(prediction, "prediction folder")
         source = f"{prediction} against {reference}"
     processes = default_num_processes() if num_processes is None else num_processes
-    result = evaluate(reference, {METHOD: prediction}, None, regions=regions,
-                      metrics=["dice", "hd95"] if hd95 else ["dice"], num_processes=processes, progress=False,
-                      folds=folds, echo=echo)
-    errors = features.error_features(result.per_case, METHOD)
+    result = evaluate(reference, {method: prediction}, None, regions=regions,
+                      metrics=["dice", "hd95"] if hd95 else ["dice"], num_processes=processes, progress=progress,
+                      folds=folds, echo=echo, missing=missing)
+    errors = features.error_features(result.per_case, method)
     cases = list(errors.index)
     ref_files = list_segmentations(reference, "reference folder")
     image_paths = image_files(images, cases) if images else {}
     region_list: list[Region] = list(result.regions)
-    jobs = [(c, ref_files[c], pred_files.get(c), image_paths.get(c), region_list) for c in cases]
-    if processes > 1 and len(jobs) > 1:
-        with Pool(min(processes, len(jobs))) as pool:
-            per_region = dict(pool.map(_case_region_features, jobs, chunksize=4))
-    else:
-        per_region = dict(map(_case_region_features, jobs))
+    jobs = [(c, ref_files[c], pred_files.get(c), image_paths.get(c), region_list, method) for c in cases]
+    from tqdm import tqdm
+
+    # the second read (volumes, intensities) takes as long as the scoring: a bar of its own, as evaluate's
+    bar = tqdm(total=len(jobs), desc="Reading volumes and images", unit="case", file=sys.stderr,
+               disable=not progress, leave=False)
+    try:
+        if processes > 1 and len(jobs) > 1:
+            with Pool(min(processes, len(jobs))) as pool:
+                per_region = {}
+                for case, values in pool.imap_unordered(_case_region_features, jobs, chunksize=4):
+                    per_region[case] = values
+                    bar.update()
+        else:
+            per_region = {}
+            for job in jobs:
+                case, values = _case_region_features(job)
+                per_region[case] = values
+                bar.update()
+    finally:
+        bar.close()
+    per_region = {c: per_region[c] for c in cases}
     if hardness is not None and not hardness.empty:
         hardness = hardness[hardness.index.isin(cases)]
     table = features.feature_table(errors, per_region, hardness)
@@ -134,12 +157,37 @@ def discover(prediction: str, reference: str | None, output: str | None, *, imag
                                    error_weight=error_weight, n_bootstrap=n_bootstrap, seed=seed,
                                    not_used=NOT_USED + ("" if images else " No images given (-i): no intensity "
                                                                           "features."))
+    if summary.get("blocked"):
+        echo(summary["blocked"]["text"])
     if output is not None:
         report.write_outputs(output, summary, annotated)
     return summary
 
 
-def summarise(table: pd.DataFrame, *, source: str, min_size: int = 10, max_groups: int = 8, error_weight: int = 3,
+def min_size_text(min_size: int | float) -> str:
+    """``10`` -> ``"10"``, ``0.05`` -> ``"5%"`` (as the option is written)."""
+    if isinstance(min_size, float):
+        return f"{100 * min_size:g}%"
+    return str(min_size)
+
+
+def _blocked(found: clustering.Clustering, min_size: int | float) -> dict | None:
+    """The line that says a better-fitting split was refused by the minimum group size, or None."""
+    if found.blocked is None:
+        return None
+    sizes = found.blocked["sizes"]
+    small = [n for n in sizes if n < found.min_size]
+    given = min_size_text(min_size)
+    shown = given if given == str(found.min_size) else f"{given} = {found.min_size} cases"
+    text = (f"note: a split into {len(sizes)} groups ({', '.join(map(str, sizes))} cases) fitted better (lower BIC) "
+            f"but was not reported: its group{'s' if len(small) > 1 else ''} of {', '.join(map(str, small))} "
+            f"case{'s' if small != [1] else ''} {'are' if len(small) > 1 else 'is'} below --min-size {shown}; "
+            f"--min-size {min(small)} would report {'them' if len(small) > 1 else 'it'}")
+    return {**found.blocked, "below": small, "text": text}
+
+
+def summarise(table: pd.DataFrame, *, source: str, min_size: int | float = 10, max_groups: int = 8,
+              error_weight: int = clustering.ERROR_WEIGHT,
               n_bootstrap: int = 1000, seed: int = 0, not_used: str = "") -> tuple[dict, pd.DataFrame]:
     """Cluster a feature table and describe each group: ``(summary, table with the group column,
     membership probability and audit flags)``. Shared by the command and the benchmark script."""
@@ -164,7 +212,9 @@ def summarise(table: pd.DataFrame, *, source: str, min_size: int = 10, max_group
     kinds = list(dict.fromkeys(features.kind_of(c) for c in found.columns))
     summary = {"n_cases": int(len(table)), "k": found.k, "groups": groups,
                "criterion": found.criterion.to_dict(orient="records"),
-               "settings": {"source": source, "min_size": min_size, "max_groups": max_groups,
+               "blocked": _blocked(found, min_size),
+               "settings": {"source": source, "min_size": found.min_size, "min_size_given": min_size_text(min_size),
+                            "max_groups": max_groups, "merge_distance": clustering.MERGE_DISTANCE,
                             "error_weight": error_weight, "n_bootstrap": n_bootstrap, "seed": seed,
                             "feature_kinds": kinds, "error_columns": found.error_columns, "not_used": not_used}}
     annotated = table.copy()

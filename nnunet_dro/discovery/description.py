@@ -112,6 +112,9 @@ def describe_feature(column: str, group_median: float, cohort_median: float, eff
         return f"{'high' if higher else 'low'} image contrast around the {region} {values} SD of the brain)"
     if kind == "intensity":
         return f"{'bright' if higher else 'dark'} {region} in the image {values} SD from the brain mean)"
+    if kind == "volume_error":
+        return f"{region} {'over' if higher else 'under'}-segmented (predicted volume {group_median:+.3g} % vs " \
+               f"{cohort_median:+.3g} % of the reference)"
     if kind == "dice":
         return f"{'high' if higher else 'low'} {region} Dice {values} %)"
     if kind == "dice_rank":
@@ -142,6 +145,8 @@ def distinguishing_features(features: pd.DataFrame, in_group: np.ndarray, limit:
             continue
         raw = pd.to_numeric(features[column], errors="coerce")
         group_median, cohort_median = float(raw[in_group].median()), float(raw.median())
+        if _number(group_median) == _number(cohort_median):
+            continue  # equal as shown: "high Dice (66.7 vs 66.7 %)" would read as a difference that is not there
         found.append({"feature": column, "effect": effect, "group_median": group_median,
                       "cohort_median": cohort_median,
                       "text": describe_feature(column, group_median, cohort_median, effect)})

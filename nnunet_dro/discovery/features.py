@@ -6,6 +6,10 @@ Column names say what a column is, so that the description can put it in words:
 - ``dice_rank:REGION``: the case's Dice as a percentile rank in the cohort (0 = the worst case);
 - ``hardness:stale_loss`` / ``hardness:draw_share``: from a DRO training's ``dro_hardness.csv``;
 - ``ref_volume:REGION`` / ``pred_volume:REGION``: volumes in mL;
+- ``volume_error:REGION``: (predicted - reference volume) / reference volume in percent, the
+  signed error: a systematic under- or over-segmentation (a margin, a missed structure) that
+  Dice and HD95 share with mere boundary noise but this column tells apart (NaN where the
+  reference lacks the region);
 - ``intensity:REGION``: median image intensity inside the reference region, in standard deviations
   of the brain (foreground) from its mean, so that scanners and bias fields compare;
 - ``contrast:REGION``: (mean inside - mean in a 2-voxel shell around it) / foreground standard
@@ -34,7 +38,7 @@ from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.regions import Region
 
 #: feature kinds that measure the network's error (up-weighted in the clustering)
-ERROR_KINDS = ("dice", "dice_rank", "hd95", "hardness")
+ERROR_KINDS = ("dice", "dice_rank", "hd95", "hardness", "volume_error")
 #: voxels of the shell around a region that its contrast is measured against
 SHELL_VOXELS = 2
 
@@ -71,6 +75,9 @@ def region_features(reference: np.ndarray, image: np.ndarray | None, prediction:
         out[f"ref_volume:{region.name}"] = float(mask.sum()) * voxel_ml
         if prediction is not None:
             out[f"pred_volume:{region.name}"] = float(np.isin(prediction, region.labels).sum()) * voxel_ml
+            reference_ml = out[f"ref_volume:{region.name}"]
+            out[f"volume_error:{region.name}"] = (100.0 * (out[f"pred_volume:{region.name}"] - reference_ml)
+                                                  / reference_ml if reference_ml > 0 else math.nan)
         if scale is None:
             continue
         if not mask.any():

@@ -62,17 +62,25 @@ def _interval(row: dict, stat: str) -> str:
     return diff if low is None or (isinstance(low, float) and math.isnan(low)) else f"{diff} [{low:+.1f}, {high:+.1f}]"
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
+
+
 def report_markdown(summary: dict) -> str:
     """The human-readable report of a discovery (``summary`` as written to groups.json)."""
     s = summary["settings"]
     lines = ["# Discovered subgroups", "",
              f"{summary['n_cases']} cases from {s['source']}; features: {', '.join(s['feature_kinds'])}. "
              f"{s['not_used']}",
-             f"Clustering: diagonal Gaussian mixture, error features counted {s['error_weight']} times, number of "
-             f"groups by the lowest BIC among those whose smallest group has at least {s['min_size']} cases: "
+             f"Clustering: diagonal Gaussian mixture, error features counted {s['error_weight']} times, components "
+             f"merged where their mean errors differ by less than {s.get('merge_distance', 0):g} robust SD on every "
+             f"error column, number of groups by the lowest BIC among those whose smallest group has at least "
+             f"{s['min_size']} cases (--min-size {s.get('min_size_given', s['min_size'])}): "
              f"**{summary['k']} group{'s' if summary['k'] > 1 else ''}**.", ""]
     if summary["k"] == 1:
         lines += ["No group stands out: every case is in g1.", ""]
+    if summary.get("blocked"):
+        lines += [_sentence(summary["blocked"]["text"][len("note: "):]), ""]
     lines += ["Intervals are 95 % case-resampling bootstrap intervals "
               f"({s['n_bootstrap']} resamples of the group's and the rest's cases) of group - rest: they say how "
               "sure the gap is for these cases, not how another training would fare.", ""]

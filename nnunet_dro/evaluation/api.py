@@ -293,6 +293,19 @@ def _load_method(name: str, path: str, metrics: Sequence[str], file_ending: str 
     return _Method(name, path, "folder", files=list_segmentations(path, f"prediction folder of {name}", file_ending))
 
 
+class MissingPredictionError(UserError):
+    """Reference cases without a prediction under ``--missing error``. ``problems`` is the message
+    without the hint, so that a command with other options than evaluate's (``jtt``) can give its
+    own instead of suggesting flags it does not have."""
+
+    HINT = " (use --missing worst or --missing skip to go on)"
+
+    def __init__(self, problems: str, offer_missing: bool = True):
+        # --missing is offered for prediction folders only, never for unwritten validation files
+        super().__init__(problems + (self.HINT if offer_missing else ""))
+        self.problems = problems
+
+
 def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: str, warn) -> dict:
     report = {"reference_cases": len(ref_files), "methods": {}}
     errors = []
@@ -327,8 +340,7 @@ def _check_missing(methods: list[_Method], ref_files: dict[str, str], missing: s
             warn(f"note: {m.name}: {len(absent)} case(s) without prediction skipped (--missing skip): "
                  f"{_short_list(absent)}")
     if errors:
-        raise UserError("; ".join(errors) + (" (use --missing worst or --missing skip to go on)" if offer_missing
-                                             else ""))
+        raise MissingPredictionError("; ".join(errors), offer_missing)
     return report
 
 

@@ -110,11 +110,13 @@ def jtt_table(per_case: pd.DataFrame, fraction: float, rule: str, upweight: floa
 def write_jtt_table(prediction: str, output: str | Path, *, reference: str | None = None, fraction: float = 0.2,
                     rule: str = "worst-dice", upweight: float = 5.0, regions: str | None = None,
                     folds: Sequence[int] | None = None, num_processes: int | None = None,
-                    echo: Callable[[str], None] = print) -> pd.DataFrame:
+                    echo: Callable[[str], None] = print, name: str | None = None,
+                    progress: bool = False) -> pd.DataFrame:
     """Evaluate the first training (a trainer output folder for its cross-validation, or a
     prediction folder with ``reference``), choose the error set, write ``output`` atomically and
-    return the table (with each case's score)."""
-    from nnunet_dro.evaluation.api import evaluate
+    return the table (with each case's score). ``name``: the first training's name in messages
+    (default: its folder's name); ``progress``: a progress bar on stderr while cases are read."""
+    from nnunet_dro.evaluation.api import MissingPredictionError, evaluate
 
     output = Path(output)
     if output.suffix != ".tsv":
@@ -123,9 +125,18 @@ def write_jtt_table(prediction: str, output: str | Path, *, reference: str | Non
         raise UserError(f"-o {output}: folder {output.parent} does not exist")
     if reference is not None:
         _check_training_reference(reference)
-    result = evaluate(reference, {"ERM": prediction}, None, regions=regions, num_processes=num_processes,
-                      progress=False, folds=folds, echo=echo)
-    _check_training_cases(result.settings["reference"], sorted(set(result.per_case["case"])))
+    name = name or Path(prediction).name or "first training"
+    try:
+        result = evaluate(reference, {name: prediction}, None, regions=regions, num_processes=num_processes,
+                          progress=progress, folds=folds, echo=echo)
+    except MissingPredictionError as error:
+        # jtt has no --missing: a case the first training never predicted has no error to rank, and a
+        # Dice of 0 invented for it would put it in the error set
+        problems = error.problems.replace(" (evaluate these folds' cases only with --folds)", "")  # refused below
+        raise UserError(f"{problems} (JTT ranks every training case by the first training's error: write "
+                        f"the missing predictions first, e.g. nnUNetv2_train DATASET CONFIG FOLD --val with the "
+                        f"first training's -tr)") from None
+    _check_training_cases(result.settings["reference"], sorted(set(result.per_case["case"])), folds)
     per_case = result.per_case[result.per_case["metric"] == "dice"]
     table, errors = jtt_table(per_case, fraction, rule, upweight)
     ties, asked = boundary_ties(per_case, fraction, rule)
@@ -154,9 +165,11 @@ def _check_training_reference(reference: str | Path) -> None:
                         f"training images with -ref {labels_tr}, or the trainer folder of the first training")
 
 
-def _check_training_cases(reference: str | Path, cases: Sequence[str]) -> None:
-    """Every scored case must be a training case of the dataset, where the dataset can be told
-    (a ``labelsTr`` beside the reference folder)."""
+def _check_training_cases(reference: str | Path, cases: Sequence[str], folds: Sequence[int] | None = None) -> None:
+    """Every scored case must be a training case of the dataset, and every training case scored,
+    where the dataset can be told (a ``labelsTr`` beside the reference folder):
+    nnUNetTrainerCaseWeights needs a weight for each case it may draw, so a table of some folds'
+    cases (``-f 0``) would stop the second training before it starts."""
     from nnunet_dro.evaluation.io import list_segmentations
 
     labels_tr = Path(reference).resolve().parent / "labelsTr"
@@ -168,11 +181,10 @@ def _check_training_cases(reference: str | Path, cases: Sequence[str]) -> None:
         raise UserError(f"{len(outside)} scored case(s) are not training cases of {labels_tr.parent.name} (not in "
                         f"{labels_tr}): {', '.join(outside[:3])}{' ...' if len(outside) > 3 else ''}; JTT weights "
                         f"training cases only")
-    # nnUNetTrainerCaseWeights needs a row for every training case of its fold: a table of some
-    # folds' validation cases (-f 0) stopped the second training at its start
     unscored = sorted(training - set(cases))
     if unscored:
+        which = f" (-f {' '.join(map(str, folds))} validates only these folds' cases)" if folds is not None else ""
         raise UserError(f"{len(unscored)} of the {len(training)} training cases of {labels_tr.parent.name} have no "
-                        f"score ({', '.join(unscored[:3])}{' ...' if len(unscored) > 3 else ''}): the second "
-                        f"training needs a weight for every training case and an unscored case cannot be ranked; "
-                        f"score them all (with a trainer folder: leave -f out, or name every fold)")
+                        f"score{which}: {', '.join(unscored[:3])}{' ...' if len(unscored) > 3 else ''}; the second "
+                        f"training (nnUNetTrainerCaseWeights) needs a weight for every training case: score them all "
+                        f"(every fold's validation, or predictions of every training image)")

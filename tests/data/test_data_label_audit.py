@@ -226,3 +226,14 @@ def test_cli_bad_output_is_one_line_exit_2_before_reading(tmp_path, where, messa
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_volumes_show_progress_when_asked_and_keep_the_case_order(tmp_path, capfd):
+    """Issue 80 item 11: audit-labels read 30-40 cases in silence."""
+    root = _dataset(tmp_path / "d", n=6)
+    labels = {"wm": [1], "csf": [2]}
+    shown = label_volumes(root / "labelsTr", labels, num_processes=2, progress=True)
+    assert "Reading labels" in capfd.readouterr().err
+    assert shown["case"].tolist() == [f"case_{i:03d}" for i in range(6)]
+    silent = label_volumes(root / "labelsTr", labels, num_processes=1)
+    assert capfd.readouterr().err == "" and silent.equals(shown)

@@ -106,3 +106,88 @@ def test_bad_input_is_one_line_and_exit_2(cohort, tmp_path, args, message):
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- issue 80 items 8, 10 and 11
+@pytest.fixture(scope="module")
+def zero_dice(tmp_path_factory):
+    """30 cases, 9 of them predicted empty (Dice 0 in every region), the others mildly degraded."""
+    import numpy as np
+    import SimpleITK as sitk
+
+    from discovery_testdata import degrade
+
+    root = tmp_path_factory.mktemp("zero_dice")
+    dataset = make_cohort(root, n_test=30, seed=5)
+    files = sorted((dataset / "labelsTs").glob("*.nii.gz"))
+    planted = {f.name[:-len(".nii.gz")] for f in files[::3][:9]}
+    pred = root / "pred"
+    pred.mkdir()
+    rng = np.random.default_rng(0)
+    for path in files:
+        image = sitk.ReadImage(str(path))
+        label = sitk.GetArrayFromImage(image)
+        case = path.name[:-len(".nii.gz")]
+        out = sitk.GetImageFromArray(np.zeros_like(label) if case in planted else degrade(label, False, rng))
+        out.CopyInformation(image)
+        sitk.WriteImage(out, str(pred / path.name), True)
+    return {"root": root, "dataset": dataset, "pred": pred, "planted": planted}
+
+
+def _discover(world, out, *extra, check=True):
+    return run_cli(["discover", "-pred", world["pred"], "-ref", world["dataset"] / "labelsTs", "-i",
+                    world["dataset"] / "imagesTs", "-regions", "feta", "-o", out, "--bootstrap", 50, "-np", 2, *extra],
+                   check=check)
+
+
+def test_nine_zero_dice_cases_in_thirty_found_as_one_group_or_named(zero_dice, tmp_path):
+    """Below --min-size 10 the 9 gave 'No group stands out' with no word why; at --min-size 5 they
+    were spread over four groups."""
+    result = _discover(zero_dice, tmp_path / "default")
+    groups = json.loads((tmp_path / "default" / "groups.json").read_text())
+    assert groups["k"] == 1
+    blocked = [line for line in result.stderr.splitlines() if line.startswith("note: a split into")]
+    assert len(blocked) == 1 and "group of 9 cases is below --min-size 10" in blocked[0], result.stderr
+    assert "--min-size 9 would report it" in (tmp_path / "default" / "report.md").read_text()
+    for min_size in ("5", "25%"):  # 25 % of 30: 8 cases
+        out = tmp_path / f"m{min_size[:-1] if min_size.endswith('%') else min_size}"
+        result = _discover(zero_dice, out, "--min-size", min_size)
+        groups = json.loads((out / "groups.json").read_text())
+        assert set(groups["groups"][0]["cases"]) == zero_dice["planted"], (min_size, groups["groups"])
+        assert "note: a split" not in result.stderr
+        words = " ".join(f["text"] for g in groups["groups"] for f in g["features"])
+        assert " Dice (100 vs 100 %)" not in words and "(0 vs 0 mm)" not in words  # never high/low for equals
+    assert json.loads((tmp_path / "m25" / "groups.json").read_text())["settings"]["min_size"] == 8
+
+
+def test_missing_predictions_follow_the_evaluation_and_name_the_folder(zero_dice, tmp_path):
+    pred = tmp_path / "my_model"
+    shutil.copytree(zero_dice["pred"], pred)
+    gone = sorted(pred.glob("*.nii.gz"))[-1]
+    gone.unlink()
+    world = {**zero_dice, "pred": pred}
+    result = _discover(world, tmp_path / "o", check=False)
+    assert result.returncode == 2 and "my_model has no prediction for 1 case(s)" in result.stderr
+    assert "--missing worst or --missing skip" in result.stderr and "discover has" not in result.stderr
+    assert not (tmp_path / "o").exists()
+    named = _discover({**world, "pred": f"mine={pred}"}, tmp_path / "o", check=False)
+    assert named.returncode == 2 and "mine has no prediction for 1 case(s)" in named.stderr
+    skipped = _discover(world, tmp_path / "skip", "--missing", "skip", "--min-size", 5)
+    assert "1 case(s) without prediction skipped (--missing skip)" in skipped.stderr
+    assert json.loads((tmp_path / "skip" / "groups.json").read_text())["n_cases"] == 29
+    _discover(world, tmp_path / "worst", "--missing", "worst", "--min-size", 5)
+    groups = json.loads((tmp_path / "worst" / "groups.json").read_text())
+    assert groups["n_cases"] == 30 and gone.name[:-len(".nii.gz")] in groups["groups"][0]["cases"]
+
+
+def test_progress_is_shown_while_cases_are_read(zero_dice, capfd):
+    from nnunet_dro.discovery.api import discover
+
+    discover(str(zero_dice["pred"]), str(zero_dice["dataset"] / "labelsTs"), None,
+             images=str(zero_dice["dataset"] / "imagesTs"), regions="feta", num_processes=1, n_bootstrap=0,
+             min_size=5, progress=True)
+    err = capfd.readouterr().err
+    assert "Reading cases" in err and "Reading volumes and images" in err and "/30 [" in err
+    discover(str(zero_dice["pred"]), str(zero_dice["dataset"] / "labelsTs"), None, regions="feta",
+             num_processes=1, n_bootstrap=0, min_size=5, progress=False)
+    assert "Reading" not in capfd.readouterr().err

@@ -185,3 +185,87 @@ def test_one_shared_flag_reads_as_anatomy_not_label_faults():
     flags = description.audit_flags(mixed)  # csf large x2, wm large x2: no flag on 2/3 of the flagged
     assert description.shared_flag(flags, group)[1] == 0.5
     assert description.suspect_labels(flags, group)
+
+
+# ---------------------------------------------------------------- discovery v2 (issues 80 item 10, 82 item 3)
+def test_min_size_is_a_count_or_a_share():
+    import argparse
+
+    from nnunet_dro.commands.arg_types import count_or_share
+
+    assert [clustering.min_size_count(m, 200) for m in (10, 0.05, 0.001)] == [10, 10, 2]
+    assert clustering.min_size_count(0.1, 95) == 10  # rounded up: 9.5 cases
+    assert (count_or_share("7"), count_or_share("4%"), count_or_share("0.25")) == (7, 0.04, 0.25)
+    for bad in ("0", "0%", "100%", "1.5", "-3", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            count_or_share(bad)
+    with pytest.raises(UserError, match="strictly between"):
+        clustering.min_size_count(1.0, 30)
+
+
+def test_components_that_fail_alike_are_merged_and_distinct_failures_kept():
+    errors = np.array([[0.0, 0.0]] * 4 + [[0.4, -0.3]] * 4 + [[-6.0, 0.0]] * 3 + [[0.0, -6.0]] * 3)
+    labels = np.repeat([0, 1, 2, 3], [4, 4, 3, 3])
+    merged = clustering.merge_by_error(labels, errors, distance=1.0)
+    assert merged.tolist() == [0] * 8 + [1] * 3 + [2] * 3  # two failures in different regions stay apart
+    assert clustering.merge_by_error(labels, errors, distance=0).tolist() == labels.tolist()
+
+
+def zero_dice_table(n: int = 30, planted: int = 9, seed: int = 0) -> pd.DataFrame:
+    """Per-case features as discover computes them: ``planted`` cases with Dice 0 everywhere, the
+    others scored near 90; volumes and image features vary alike in both (they set no group apart)."""
+    rng = np.random.default_rng(seed)
+    bad = np.arange(n) < planted
+    table = {}
+    for region in ("wm", "csf", "cb"):
+        dice = np.where(bad, 0.0, rng.normal(90, 2, n))
+        table[f"dice:{region}"] = dice
+        table[f"hd95:{region}"] = np.where(bad, 190.0, rng.gamma(2.0, 1.0, n))
+        table[f"dice_rank:{region}"] = features.percentile_rank(pd.Series(dice)).to_numpy()
+        table[f"ref_volume:{region}"] = rng.lognormal(2, 0.3, n)
+        table[f"contrast:{region}"] = rng.normal(0.5, 0.2, n)
+        table[f"intensity:{region}"] = rng.normal(0.0, 0.5, n)
+    return pd.DataFrame(table, index=[f"c{i:02d}" for i in range(n)])
+
+
+def test_nine_zero_dice_cases_in_thirty_are_one_group_or_named_as_blocked():
+    """Issue 80 item 10: below --min-size 10 the 9 gave 'no group stands out' with no word why."""
+    table = zero_dice_table()
+    planted = np.arange(30) < 9
+    for min_size in (5, 9, 0.2):  # 0.2 of 30 = 6 cases
+        found = clustering.discover_clusters(table, min_size=min_size, seed=0)
+        assert found.blocked is None
+        assert (found.labels[planted] == 0).all() and not (found.labels[~planted] == 0).any(), min_size
+    blocked = clustering.discover_clusters(table, min_size=10, seed=0)
+    assert blocked.k == 1 and blocked.blocked["sizes"] == [9, 21]
+    from nnunet_dro.discovery.api import _blocked
+
+    text = _blocked(blocked, 10)["text"]
+    assert "group of 9 cases is below --min-size 10" in text and "--min-size 9 would report it" in text
+    assert "= 10 cases" in _blocked(clustering.discover_clusters(table, min_size=1 / 3, seed=0), 1 / 3)["text"]
+
+
+def test_equal_values_are_never_called_high_or_low():
+    """Issue 80 item 10: '66.7 vs 66.7 %' described as high Dice."""
+    rng = np.random.default_rng(0)
+    n = 40
+    dice = np.r_[np.full(25, 66.7), rng.normal(40, 5, 15)]
+    table = pd.DataFrame({"dice:wm": dice, "ref_volume:wm": rng.normal(10, 1, n)})
+    in_group = np.arange(n) < 25  # the group's median and the cohort's are both 66.7
+    found = description.distinguishing_features(table, in_group)
+    assert all(f["feature"] != "dice:wm" for f in found)
+    texts = [f["text"] for f in description.distinguishing_features(table, ~in_group)]
+    assert any(t.startswith("low wm Dice") for t in texts)  # a real difference is still named
+
+
+def test_volume_error_is_signed_and_counts_as_an_error():
+    ref = np.zeros((10, 10, 10), np.uint8)
+    ref[2:8, 2:8, 2:8] = 1
+    pred = np.zeros_like(ref)
+    pred[3:7, 2:8, 2:8] = 1  # 4/6 of the reference's voxels
+    feats = features.region_features(ref, None, pred, [Region("blob", (1,))], spacing=(1.0, 1.0, 1.0))
+    assert feats["volume_error:blob"] == pytest.approx(100.0 * (4 / 6 - 1))
+    assert "volume_error" in features.ERROR_KINDS
+    assert math.isnan(features.region_features(np.zeros_like(ref), None, pred, [Region("blob", (1,))],
+                                               (1.0, 1.0, 1.0))["volume_error:blob"])
+    assert description.describe_feature("volume_error:cb", -20.0, 1.0, effect=-3).startswith("cb under-segmented")

@@ -141,8 +141,50 @@ def test_some_folds_only_is_refused_before_a_table_no_second_training_can_use(wo
     done = jtt("-pred", folder, "-o", out, "-np", "1", "-f", "0")
     assert done.returncode == 2, done.stdout
     assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
-    assert ("3 of the 6 training cases of Dataset201_FeTA3 have no score (case_003, case_004, case_005): the second "
-            "training needs a weight for every training case") in done.stderr, done.stderr
+    assert ("3 of the 6 training cases of Dataset201_FeTA3 have no score (-f 0 validates only these folds' cases): "
+            "case_003, case_004, case_005; the second training (nnUNetTrainerCaseWeights) needs a weight for every "
+            "training case") in done.stderr, done.stderr
     done = jtt("-pred", folder, "-o", out, "-np", "1", "-f", "0", "1")  # every fold: the table is whole
     assert done.returncode == 0, done.stderr
     assert read_case_weights(out, sorted(CASES), sorted(CASES)).size == len(CASES)
+
+
+# ---------------------------------------------------------------- issue 80 items 8, 11, 12 and 13
+def test_missing_predictions_suggest_what_jtt_accepts_and_name_the_training(world):
+    """jtt suggested --missing worst/skip, which it does not accept, and called the first training ERM."""
+    root, raw, folder = world
+    next(folder.glob("fold_1/validation/*.nii.gz")).unlink()
+    out = root / "case_weights.tsv"
+    done = jtt("-pred", folder, "-o", out, "-np", "1")
+    assert done.returncode == 2 and not out.exists(), done.stderr
+    assert f"{folder.name} has no prediction for 1 case(s)" in done.stderr
+    assert "--missing" not in done.stderr and "ERM" not in done.stderr and "--val" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    named = jtt("-pred", f"first={folder}", "-o", out, "-np", "1")
+    assert "first has no prediction" in named.stderr
+    usage = jtt("-pred", folder, "-o", out, "--missing", "worst")
+    assert usage.returncode == 2 and "unrecognized arguments: --missing" in usage.stderr
+
+
+def test_some_folds_only_is_refused_not_a_table_no_training_can_use(world):
+    """``jtt -f 0`` wrote the weights of fold 0's cases only; nnUNetTrainerCaseWeights then stops."""
+    root, raw, folder = world
+    out = root / "case_weights.tsv"
+    done = jtt("-pred", folder, "-o", out, "-f", "0", "-np", "1")
+    assert done.returncode == 2 and not out.exists(), done.stderr
+    assert "training cases of" in done.stderr and "(-f 0 validates only these folds' cases)" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert jtt("-pred", folder, "-o", out, "-f", "0", "1", "-np", "1").returncode == 0  # every fold: fine
+
+
+def test_help_states_the_fraction_bounds_it_enforces():
+    text = jtt("--help").stdout
+    assert "0-1" not in text and "strictly between 0 and 1" in " ".join(text.split())
+
+
+def test_progress_bar_while_the_first_training_is_scored(world, capfd):
+    from nnunet_dro.workflows.jtt import write_jtt_table
+
+    root, raw, folder = world
+    write_jtt_table(str(folder), root / "case_weights.tsv", num_processes=1, progress=True)
+    assert "Reading cases" in capfd.readouterr().err

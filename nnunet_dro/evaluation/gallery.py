@@ -1,0 +1,317 @@
+"""The gallery of worst cases: ``worst_<metric>.png``, what each group's tail looks like.
+
+Tables say *that* a group's worst tenth is bad; this figure shows *what* it looks like. For each
+group column (``all`` without a group table), group, region and method, the ``k`` worst cases by
+the metric's direction (ties: case id order) are drawn side by side: the image (first channel,
+``CASE_0000``) at the slice where reference and prediction disagree most, with the reference
+contour in :data:`REFERENCE_COLOUR` (solid) and the prediction's in :data:`PREDICTION_COLOUR`
+(dashed); the title gives the case id, its group and its score.
+
+The slice lies in the plane that suits the voxel spacing: across the axis of the largest spacing
+(thick slices of an anisotropic scan are cut along, not across, so the panel is one acquired
+slice), across a one-voxel axis for 2D cases (a one-slice NIfTI, a PNG). One case's volumes are
+in memory at a time: each panel reads its image, reference and prediction, keeps the 2D slice and
+lets the volumes go.
+
+>>> import numpy as np
+>>> plane_axis((1, 64, 64), (1.0, 0.5, 0.5)), plane_axis((40, 256, 256), (3.0, 0.9, 0.9))
+(0, 0)
+>>> plane_axis((256, 256, 40), (0.9, 0.9, 3.0)), plane_axis((64, 64, 64), (1.0, 1.0, 1.0))
+(2, 0)
+>>> reference = np.zeros((3, 4, 4), bool); prediction = reference.copy()
+>>> reference[1, 1:3, 1:3] = True; prediction[2, 0, 0] = True
+>>> worst_slice(reference, prediction, 0)  # slice 1: 4 voxels of disagreement, slice 2: 1
+1
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from nnunet_dro.errors import UserError
+from nnunet_dro.evaluation.groups import ALL
+from nnunet_dro.evaluation.io import SEGMENTATION_ENDINGS, read_segmentation, split_case_id
+from nnunet_dro.evaluation.metrics import METRIC_INFO
+
+DEFAULT_K = 4
+#: Fixed contour colours (and line styles, so the two stay apart without colour vision).
+REFERENCE_COLOUR = "#00e676"  # green, solid
+PREDICTION_COLOUR = "#ff1744"  # red, dashed
+LEGEND_TEXT = "reference: green, solid; prediction: red, dashed"
+#: A spacing this much larger than the finest one makes an axis "thick": the panel cuts across it.
+ANISOTROPY_RATIO = 1.5
+PANEL_INCHES = 2.3
+DPI = 80
+
+
+@dataclass
+class GallerySource:
+    """What the gallery needs beyond the scores: the files of every case, and how many to show."""
+
+    k: int
+    images: dict[str, str]  # case -> image file (first channel)
+    references: dict[str, str]  # case -> reference segmentation
+    predictions: dict[str, dict[str, str]]  # method -> case -> prediction file (folder methods only)
+    regions: dict[str, tuple[int, ...]]  # region name -> labels
+    images_folder: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def default_images_folder(reference: str) -> str | None:
+    """The images beside an nnU-Net labels folder: ``labelsTs`` -> ``imagesTs``, ``labelsTr`` ->
+    ``imagesTr`` (how cross-validation input finds its raw data); None where there is none."""
+    folder = Path(reference)
+    name = folder.name
+    if not name.startswith("labels"):
+        return None
+    candidate = folder.parent / ("images" + name[len("labels"):])
+    return str(candidate) if candidate.is_dir() else None
+
+
+def list_images(folder: str, cases) -> dict[str, str]:
+    """case -> its first-channel image in ``folder`` (``CASE_0000.ending``, or ``CASE.ending``).
+
+    One line naming the folder and a case when a case has no image: a gallery with a blank
+    panel would look like a prediction on an empty scan.
+    """
+    if not os.path.isdir(folder):
+        raise UserError(f"-i {folder}: not a folder of images")
+    found: dict[str, str] = {}
+    plain: dict[str, str] = {}
+    for name in sorted(os.listdir(folder)):
+        split = split_case_id(name)
+        if split is None:
+            continue
+        stem = split[0]
+        if stem.endswith("_0000"):
+            found[stem[:-5]] = os.path.join(folder, name)
+        else:
+            plain[stem] = os.path.join(folder, name)
+    images = {}
+    for case in cases:
+        path = found.get(case) or plain.get(case)
+        if path is None:
+            raise UserError(f"-i {folder}: no image for case {case!r} (expected {case}_0000 with one of "
+                            f"{', '.join(SEGMENTATION_ENDINGS)}); give the images folder of these cases, or "
+                            f"--gallery 0 for no gallery")
+        images[case] = path
+    return images
+
+
+def read_image(path: str) -> np.ndarray:
+    """An image as float32 in numpy axis order (z, y, x), as :func:`read_segmentation` orders
+    labels; 2D images get a leading axis of 1, an RGB PNG its mean over the colour channels."""
+    import SimpleITK as sitk
+
+    try:
+        image = sitk.ReadImage(path)
+    except RuntimeError as e:
+        raise UserError(f"cannot read image {path}: {str(e).strip().splitlines()[-1]}") from None
+    array = sitk.GetArrayFromImage(image).astype(np.float32)
+    if image.GetNumberOfComponentsPerPixel() > 1:
+        array = array.mean(axis=-1)
+    if array.ndim == 4:  # a 4D NIfTI (channel last in SimpleITK's order is first here): the first channel
+        array = array[0]
+    return array if array.ndim == 3 else array[np.newaxis]
+
+
+def plane_axis(shape, spacing) -> int:
+    """The axis the panel cuts across: a one-voxel axis (2D case), else the axis of the largest
+    spacing when it is at least :data:`ANISOTROPY_RATIO` times the finest, else axis 0."""
+    if len(shape) == 2:
+        return 0
+    for axis, n in enumerate(shape):
+        if n == 1:
+            return axis
+    spacing = np.asarray(spacing, float)
+    thick = int(np.argmax(spacing))
+    return thick if spacing[thick] >= ANISOTROPY_RATIO * spacing.min() else 0
+
+
+def worst_slice(reference: np.ndarray, prediction: np.ndarray, axis: int) -> int:
+    """The slice across ``axis`` with the most voxels where the masks disagree; where they agree
+    everywhere, the one with the most reference voxels; where both are empty, the middle one."""
+    other = tuple(a for a in range(reference.ndim) if a != axis)
+    for mask in (reference ^ prediction, reference):
+        counts = mask.sum(axis=other)
+        if counts.any():
+            return int(np.argmax(counts))  # ties: the first slice
+    return reference.shape[axis] // 2
+
+
+@dataclass
+class _Panel:
+    image: np.ndarray
+    reference: np.ndarray
+    prediction: np.ndarray | None
+    aspect: float
+    where: str  # "axis 0, slice 12 of 40"
+
+
+def _as_3d(array: np.ndarray) -> np.ndarray:
+    return array if array.ndim == 3 else array[np.newaxis]
+
+
+def _panel(source: GallerySource, method: str, case: str, labels: tuple[int, ...]) -> _Panel:
+    """Read one case (image, reference, prediction), cut the slice, keep only the slice."""
+    reference, geometry = read_segmentation(source.references[case])
+    reference = _as_3d(reference)
+    spacing = tuple(geometry.spacing) if len(geometry.spacing) == 3 else (1.0,) + tuple(geometry.spacing)
+    ref_mask = np.isin(reference, labels)
+    del reference
+    prediction_file = source.predictions.get(method, {}).get(case)
+    pred_mask = None
+    if prediction_file is not None:
+        prediction = _as_3d(read_segmentation(prediction_file)[0])
+        pred_mask = np.isin(prediction, labels)
+        del prediction
+    image = _as_3d(read_image(source.images[case]))
+    if image.shape != ref_mask.shape:
+        raise UserError(f"image {source.images[case]}: shape {image.shape} does not match its reference "
+                        f"{source.references[case]} {ref_mask.shape} (numpy order)")
+    axis = plane_axis(ref_mask.shape, spacing)
+    index = worst_slice(ref_mask, pred_mask if pred_mask is not None else np.zeros_like(ref_mask), axis)
+    shown = [s for a, s in enumerate(spacing) if a != axis]
+    cut = [slice(None)] * 3
+    cut[axis] = index
+    cut = tuple(cut)
+    return _Panel(image=np.ascontiguousarray(image[cut]), reference=ref_mask[cut].copy(),
+                  prediction=None if pred_mask is None else pred_mask[cut].copy(),
+                  aspect=shown[0] / shown[1],
+                  where=f"slice {index + 1}/{ref_mask.shape[axis]} across axis {axis}")
+
+
+def worst_cases(per_case: pd.DataFrame, metric: str, method: str, region: str, column: str | None,
+                group: str, k: int) -> pd.DataFrame:
+    """The ``k`` worst scored rows of one method, region and group by the metric's direction
+    (NaN scores left out, ties broken by case id)."""
+    frame = per_case[(per_case["metric"] == metric) & (per_case["method"] == method)
+                     & (per_case["region"] == region)]
+    if column is not None:
+        frame = frame[frame[column] == group]
+    frame = frame[frame["value"].notna()]
+    return frame.sort_values(["value", "case"], ascending=[METRIC_INFO[metric].higher_is_better, True],
+                             kind="mergesort").head(k)
+
+
+def _rows(group_columns, group_orders, regions):
+    """(group column, group, region) of every gallery row, in the report's display order."""
+    blocks = [(column, list(group_orders[column])) for column in group_columns] or [(None, [ALL])]
+    for column, groups in blocks:
+        for group in groups:
+            for region in regions:
+                yield column, group, region
+
+
+def _score_text(metric: str, value: float) -> str:
+    units = {"dice": " %", "vs": " %", "nsd": " %", "hd95": " mm"}
+    decimals = 2 if metric == "hd95" else 1 if metric in units or not float(value).is_integer() else 0
+    return f"{metric} {value:.{decimals}f}{units.get(metric, '')}"
+
+
+def write_gallery(path: Path, per_case: pd.DataFrame, metric: str, source: GallerySource,
+                  group_columns, group_orders, methods) -> bool:
+    """Draw ``worst_<metric>.png`` at ``path``: one row per group and region, ``k`` panels per
+    method side by side; False (nothing written) when no case has a score."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    methods = [m for m in methods if m in source.predictions]
+    rows = []
+    for column, group, region in _rows(group_columns, group_orders, list(source.regions)):
+        worst = [worst_cases(per_case, metric, method, region, column, group, source.k) for method in methods]
+        if any(len(w) for w in worst):
+            rows.append((column, group, region, worst))
+    if not rows:
+        return False
+    k = source.k
+    header = 0.55  # inches above the panels: title and legend
+    height = PANEL_INCHES * 1.15 * len(rows) + header
+    figure, axes = plt.subplots(len(rows), k * len(methods), figsize=(PANEL_INCHES * k * len(methods), height),
+                                squeeze=False)
+    cache: dict[tuple, _Panel] = {}  # slices only (a case can be among the worst of several groups)
+    direction = "lowest" if METRIC_INFO[metric].higher_is_better else "highest"
+    for r, (column, group, region, worst) in enumerate(rows):
+        label = f"{column} = {group}" if column is not None else "all cases"
+        axes[r, 0].set_ylabel(f"{label}\n{region}", fontsize=8)
+        for m, method in enumerate(methods):
+            for c in range(k):
+                ax = axes[r, m * k + c]
+                ax.set_xticks([])
+                ax.set_yticks([])
+                if c >= len(worst[m]):
+                    ax.set_frame_on(False)
+                    continue
+                row = worst[m].iloc[c]
+                _draw(ax, cache, source, method, row["case"], region,
+                      f"{method} · {row['case']}\n{group if column is not None else 'all'} · "
+                      f"{_score_text(metric, float(row['value']))}")
+    handles = [Line2D([], [], color=REFERENCE_COLOUR, linestyle="solid", label="reference"),
+               Line2D([], [], color=PREDICTION_COLOUR, linestyle="dashed", label="prediction")]
+    figure.legend(handles=handles, loc="upper right", bbox_to_anchor=(1, 1 - 0.05 / height), fontsize=8, ncol=2,
+                  frameon=False)
+    figure.suptitle(f"The {k} worst cases by {METRIC_INFO[metric].title} ({direction} first) per group and region",
+                    fontsize=9, x=0.01, y=1 - 0.08 / height, ha="left", va="top")
+    figure.tight_layout(rect=(0, 0, 1, 1 - header / height))
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+    return True
+
+
+def _draw(ax, cache: dict, source: GallerySource, method: str, case: str, region: str, title: str) -> None:
+    key = (case, method, region)
+    if key not in cache:
+        cache[key] = _panel(source, method, case, source.regions[region])
+    panel = cache[key]
+    low, high = np.percentile(panel.image, [1, 99])
+    ax.imshow(panel.image, cmap="gray", vmin=low, vmax=high if high > low else low + 1, aspect=panel.aspect,
+              interpolation="nearest")
+    if panel.reference.any():
+        ax.contour(panel.reference, levels=[0.5], colors=[REFERENCE_COLOUR], linewidths=1.2, linestyles="solid")
+    if panel.prediction is not None and panel.prediction.any():
+        ax.contour(panel.prediction, levels=[0.5], colors=[PREDICTION_COLOUR], linewidths=1.2, linestyles="dashed")
+    ax.set_title(title + (" (no prediction)" if panel.prediction is None else ""), fontsize=7)
+    ax.text(0.02, 0.02, panel.where, transform=ax.transAxes, fontsize=5, color="white", va="bottom")
+
+
+def gallery_images(k: int, images_folder: str | None, reference: str, cases, warn) -> tuple[dict[str, str], str] | None:
+    """(case -> image, folder) for the gallery, checked before any case is read; None for no gallery.
+
+    ``images_folder`` (``-i``) must hold every case's image (one line naming the folder and the case
+    if not). Without it, the images beside the references (``labelsTs`` -> ``imagesTs``) are used
+    where every case has one; where some lack one, a warning says so and there is no gallery.
+    """
+    if k == 0:
+        return None
+    if images_folder is not None:
+        return list_images(images_folder, cases), os.path.abspath(images_folder)
+    beside = default_images_folder(reference)
+    if beside is None:
+        return None
+    try:
+        return list_images(beside, cases), os.path.abspath(beside)
+    except UserError as e:
+        warn(f"warning: no gallery of worst cases: {e} (found beside the references; give -i IMAGES)")
+        return None
+
+
+def gallery_source(k: int, images: tuple[dict[str, str], str] | None, references: Mapping[str, str],
+                   predictions: Mapping[str, Mapping[str, str] | None], regions) -> GallerySource | None:
+    """Everything the gallery reads, once the regions are known; None without images."""
+    if images is None:
+        return None
+    return GallerySource(k=k, images=images[0], references=dict(references),
+                         predictions={name: dict(files) for name, files in predictions.items() if files is not None},
+                         regions={r.name: tuple(r.labels) for r in regions}, images_folder=images[1])
+
+
+__all__ = ["DEFAULT_K", "GallerySource", "LEGEND_TEXT", "default_images_folder", "gallery_images", "gallery_source", "list_images",
+           "plane_axis", "read_image", "worst_cases", "worst_slice", "write_gallery"]

@@ -256,7 +256,7 @@ def write_gallery(path: Path, per_case: pd.DataFrame, metric: str, source: Galle
                       f"{_score_text(metric, float(row['value']))}")
     handles = [Line2D([], [], color=REFERENCE_COLOUR, linestyle="solid", label="reference"),
                Line2D([], [], color=PREDICTION_COLOUR, linestyle="dashed", label="prediction")]
-    figure.legend(handles=handles, loc="upper right", bbox_to_anchor=(1, 1 - 0.05 / height), fontsize=8, ncol=2,
+    figure.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, 1 - 0.22 / height), fontsize=8, ncol=2,
                   frameon=False)
     figure.suptitle(f"The {k} worst cases by {METRIC_INFO[metric].title} ({direction} first) per group and region",
                     fontsize=9, x=0.01, y=1 - 0.08 / height, ha="left", va="top")

@@ -182,7 +182,7 @@ def test_cli_gallery_0_and_missing_images(dataset, tmp_path):
     assert not (tmp_path / "bad").exists()
 
     done = run_cli("-ref", labels, "-pred", f"M={pred}", "-o", tmp_path / "neg", "--gallery", "-1")
-    assert done.returncode == 2 and "--gallery" in done.stderr
+    assert done.returncode == 2 and "argument --gallery: -1 is not an integer >= 0" in done.stderr
 
 
 def test_images_beside_the_labels_missing_a_case_warn_and_draw_no_gallery(tmp_path):
@@ -279,3 +279,16 @@ def test_report_html_names_intervals_over_runs(dataset, tmp_path):
     text = (tmp_path / "runs" / "report.html").read_text(encoding="utf-8")
     assert "intervals over runs (runs and test cases resampled)" in text
     assert "case-resampling bootstrap" not in text
+
+
+def test_an_image_of_another_shape_stops_the_run_and_writes_nothing(tmp_path):
+    labels, pred = make_dataset(tmp_path, n_cases=3)
+    for case in ("c000", "c001", "c002"):  # every image one slice short: whichever case the gallery shows first
+        write_label_map(tmp_path / "imagesTs" / f"{case}_0000.nii.gz", np.zeros((5, 20, 20), np.float32),
+                        spacing=(0.8, 0.8, 3.0))
+    done = run_cli("-ref", labels, "-pred", f"M={pred}", "-o", tmp_path / "out", "-np", "1")
+    assert done.returncode == 2
+    line = done.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"nnunet_dro evaluate: error: image .*imagesTs/c00\d_0000\.nii\.gz: shape \(5, 20, 20\) does "
+                        r"not match its reference .*labelsTs/c00\d\.nii\.gz \(6, 20, 20\) \(numpy order\)", line), line
+    assert not (tmp_path / "out").exists()

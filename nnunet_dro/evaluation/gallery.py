@@ -10,8 +10,8 @@ contour in :data:`REFERENCE_COLOUR` (solid) and the prediction's in :data:`PREDI
 The slice lies in the plane that suits the voxel spacing: across the axis of the largest spacing
 (thick slices of an anisotropic scan are cut along, not across, so the panel is one acquired
 slice), across a one-voxel axis for 2D cases (a one-slice NIfTI, a PNG). One case's volumes are
-in memory at a time: each panel reads its image, reference and prediction, keeps the 2D slice and
-lets the volumes go.
+in memory at a time: each case shown is read once (image, reference, prediction), cut into one 2D
+slice per region, and its volumes let go.
 
 >>> import numpy as np
 >>> plane_axis((1, 64, 64), (1.0, 0.5, 0.5)), plane_axis((40, 256, 256), (3.0, 0.9, 0.9))
@@ -157,33 +157,30 @@ def _as_3d(array: np.ndarray) -> np.ndarray:
     return array if array.ndim == 3 else array[np.newaxis]
 
 
-def _panel(source: GallerySource, method: str, case: str, labels: tuple[int, ...]) -> _Panel:
-    """Read one case (image, reference, prediction), cut the slice, keep only the slice."""
+def _case_panels(source: GallerySource, method: str, case: str) -> dict[str, _Panel]:
+    """Read one case (image, reference, prediction) once, cut every region's slice, keep only the slices."""
     reference, geometry = read_segmentation(source.references[case])
     reference = _as_3d(reference)
     spacing = tuple(geometry.spacing) if len(geometry.spacing) == 3 else (1.0,) + tuple(geometry.spacing)
-    ref_mask = np.isin(reference, labels)
-    del reference
     prediction_file = source.predictions.get(method, {}).get(case)
-    pred_mask = None
-    if prediction_file is not None:
-        prediction = _as_3d(read_segmentation(prediction_file)[0])
-        pred_mask = np.isin(prediction, labels)
-        del prediction
+    prediction = None if prediction_file is None else _as_3d(read_segmentation(prediction_file)[0])
     image = _as_3d(read_image(source.images[case]))
-    if image.shape != ref_mask.shape:
+    if image.shape != reference.shape:
         raise UserError(f"image {source.images[case]}: shape {image.shape} does not match its reference "
-                        f"{source.references[case]} {ref_mask.shape} (numpy order)")
-    axis = plane_axis(ref_mask.shape, spacing)
-    index = worst_slice(ref_mask, pred_mask if pred_mask is not None else np.zeros_like(ref_mask), axis)
+                        f"{source.references[case]} {reference.shape} (numpy order)")
+    axis = plane_axis(reference.shape, spacing)
     shown = [s for a, s in enumerate(spacing) if a != axis]
-    cut = [slice(None)] * 3
-    cut[axis] = index
-    cut = tuple(cut)
-    return _Panel(image=np.ascontiguousarray(image[cut]), reference=ref_mask[cut].copy(),
-                  prediction=None if pred_mask is None else pred_mask[cut].copy(),
-                  aspect=shown[0] / shown[1],
-                  where=f"slice {index + 1}/{ref_mask.shape[axis]} across axis {axis}")
+    panels = {}
+    for region, labels in source.regions.items():
+        ref_mask = np.isin(reference, labels)
+        pred_mask = np.zeros_like(ref_mask) if prediction is None else np.isin(prediction, labels)
+        index = worst_slice(ref_mask, pred_mask, axis)
+        cut = tuple(index if a == axis else slice(None) for a in range(3))
+        panels[region] = _Panel(image=np.ascontiguousarray(image[cut]), reference=ref_mask[cut].copy(),
+                                prediction=None if prediction is None else pred_mask[cut].copy(),
+                                aspect=shown[0] / shown[1],
+                                where=f"slice {index + 1}/{reference.shape[axis]} across axis {axis}")
+    return panels
 
 
 def worst_cases(per_case: pd.DataFrame, metric: str, method: str, region: str, column: str | None,
@@ -215,9 +212,10 @@ def _score_text(metric: str, value: float) -> str:
 
 
 def write_gallery(path: Path, per_case: pd.DataFrame, metric: str, source: GallerySource,
-                  group_columns, group_orders, methods) -> bool:
+                  group_columns, group_orders, methods, cache: dict | None = None) -> bool:
     """Draw ``worst_<metric>.png`` at ``path``: one row per group and region, ``k`` panels per
-    method side by side; False (nothing written) when no case has a score."""
+    method side by side; False (nothing written) when no case has a score. ``cache``: the slices
+    cut so far, (case, method) -> region -> panel, shared by the metrics' galleries."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -232,54 +230,64 @@ def write_gallery(path: Path, per_case: pd.DataFrame, metric: str, source: Galle
             rows.append((column, group, region, worst))
     if not rows:
         return False
+    cache = {} if cache is None else cache
     k = source.k
-    header = 0.55  # inches above the panels: title and legend
-    height = PANEL_INCHES * 1.15 * len(rows) + header
-    figure, axes = plt.subplots(len(rows), k * len(methods), figsize=(PANEL_INCHES * k * len(methods), height),
-                                squeeze=False)
-    cache: dict[tuple, _Panel] = {}  # slices only (a case can be among the worst of several groups)
+    columns = k * len(methods)
+    # One Axes in inches over the whole figure, every panel placed in it: an Axes per panel (and
+    # tight_layout, set_title) cost more than reading the cases
+    left, header, title, gap = 0.45, 0.55, 0.32, 0.08
+    width, height = left + PANEL_INCHES * columns, header + (PANEL_INCHES + title) * len(rows)
+    figure = plt.figure(figsize=(width, height))
+    ax = figure.add_axes((0, 0, 1, 1))
+    ax.set_axis_off()
     direction = "lowest" if METRIC_INFO[metric].higher_is_better else "highest"
     for r, (column, group, region, worst) in enumerate(rows):
+        bottom = height - header - (r + 1) * (PANEL_INCHES + title)
         label = f"{column} = {group}" if column is not None else "all cases"
-        axes[r, 0].set_ylabel(f"{label}\n{region}", fontsize=8)
+        ax.text(0.12, bottom + PANEL_INCHES / 2, f"{label}\n{region}", rotation=90, ha="left", va="center",
+                fontsize=8)
         for m, method in enumerate(methods):
-            for c in range(k):
-                ax = axes[r, m * k + c]
-                ax.set_xticks([])
-                ax.set_yticks([])
-                if c >= len(worst[m]):
-                    ax.set_frame_on(False)
-                    continue
-                row = worst[m].iloc[c]
-                _draw(ax, cache, source, method, row["case"], region,
-                      f"{method} · {row['case']}\n{group if column is not None else 'all'} · "
-                      f"{_score_text(metric, float(row['value']))}")
+            for c, row in enumerate(worst[m].itertuples()):
+                if (row.case, method) not in cache:
+                    cache[row.case, method] = _case_panels(source, method, row.case)
+                cell = (left + (m * k + c) * PANEL_INCHES + gap / 2, bottom, PANEL_INCHES - gap, PANEL_INCHES)
+                _draw(ax, cache[row.case, method][region], cell,
+                      f"{method} · {row.case}\n{group if column is not None else 'all'} · "
+                      f"{_score_text(metric, float(row.value))}")
+    ax.set_xlim(0, width)
+    ax.set_ylim(0, height)
     handles = [Line2D([], [], color=REFERENCE_COLOUR, linestyle="solid", label="reference"),
                Line2D([], [], color=PREDICTION_COLOUR, linestyle="dashed", label="prediction")]
     figure.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, 1 - 0.22 / height), fontsize=8, ncol=2,
                   frameon=False)
-    figure.suptitle(f"The {k} worst cases by {METRIC_INFO[metric].title} ({direction} first) per group and region",
-                    fontsize=9, x=0.01, y=1 - 0.08 / height, ha="left", va="top")
-    figure.tight_layout(rect=(0, 0, 1, 1 - header / height))
+    figure.text(0.05 / width, 1 - 0.08 / height, f"The {k} worst cases by {METRIC_INFO[metric].title} ({direction} "
+                f"first) per group and region", fontsize=9, ha="left", va="top")
     figure.savefig(path, dpi=DPI)
     plt.close(figure)
     return True
 
 
-def _draw(ax, cache: dict, source: GallerySource, method: str, case: str, region: str, title: str) -> None:
-    key = (case, method, region)
-    if key not in cache:
-        cache[key] = _panel(source, method, case, source.regions[region])
-    panel = cache[key]
+def _draw(ax, panel: _Panel, cell: tuple[float, float, float, float], title: str) -> None:
+    """One panel in ``cell`` (x, y, width, height in inches), its pixels at their aspect ratio."""
+    x, y, cell_width, cell_height = cell
+    rows, cols = panel.image.shape
+    scale = min(cell_width / cols, cell_height / (rows * panel.aspect))
+    w, h = cols * scale, rows * panel.aspect * scale
+    x0, y0 = x + (cell_width - w) / 2, y + (cell_height - h) / 2
     low, high = np.percentile(panel.image, [1, 99])
-    ax.imshow(panel.image, cmap="gray", vmin=low, vmax=high if high > low else low + 1, aspect=panel.aspect,
-              interpolation="nearest")
+    ax.imshow(panel.image, cmap="gray", vmin=low, vmax=high if high > low else low + 1, origin="upper",
+              extent=(x0, x0 + w, y0, y0 + h), aspect="auto", interpolation="nearest")
+    xs = x0 + (np.arange(cols) + 0.5) * (w / cols)  # pixel centres; row 0 at the top
+    ys = y0 + h - (np.arange(rows) + 0.5) * (h / rows)
     if panel.reference.any():
-        ax.contour(panel.reference, levels=[0.5], colors=[REFERENCE_COLOUR], linewidths=1.2, linestyles="solid")
+        ax.contour(xs, ys, panel.reference.astype(np.float32), levels=[0.5], colors=[REFERENCE_COLOUR],
+                   linewidths=1.2, linestyles="solid")
     if panel.prediction is not None and panel.prediction.any():
-        ax.contour(panel.prediction, levels=[0.5], colors=[PREDICTION_COLOUR], linewidths=1.2, linestyles="dashed")
-    ax.set_title(title + (" (no prediction)" if panel.prediction is None else ""), fontsize=7)
-    ax.text(0.02, 0.02, panel.where, transform=ax.transAxes, fontsize=5, color="white", va="bottom")
+        ax.contour(xs, ys, panel.prediction.astype(np.float32), levels=[0.5], colors=[PREDICTION_COLOUR],
+                   linewidths=1.2, linestyles="dashed")
+    ax.text(x + cell_width / 2, y + cell_height + 0.03,
+            title + (" (no prediction)" if panel.prediction is None else ""), ha="center", va="bottom", fontsize=7)
+    ax.text(x0 + 0.03, y0 + 0.03, panel.where, fontsize=5, color="white", va="bottom")
 
 
 def gallery_images(k: int, images_folder: str | None, reference: str, cases, warn) -> tuple[dict[str, str], str] | None:

@@ -176,7 +176,8 @@ def write_gallery_and_html(folder: Path, result: EvaluationResult, terminal: str
         orders = {c: list(result.summary.loc[result.summary["group_column"] == c, "group"].drop_duplicates())
                   for c in result.group_columns}
         methods = list(dict.fromkeys(result.per_case["method"]))
+        cache: dict = {}  # 2D slices only: a case among the worst by several metrics is read once
         for metric in result.settings["metrics"]:
             write_gallery(folder / f"worst_{metric}.png", result.per_case, metric, result.gallery,
-                          result.group_columns, orders, methods)
+                          result.group_columns, orders, methods, cache)
     (folder / REPORT_NAME).write_text(render(folder, result, terminal, tables_markdown), encoding="utf-8")

@@ -16,7 +16,8 @@ import pytest
 from eval_testdata import run_cli, write_label_map
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import evaluate
-from nnunet_dro.evaluation.gallery import (PREDICTION_COLOUR, REFERENCE_COLOUR, GallerySource, _panel, list_images,
+from nnunet_dro.evaluation.gallery import (PREDICTION_COLOUR, REFERENCE_COLOUR, GallerySource, _case_panels,
+                                           list_images,
                                            plane_axis, worst_cases, worst_slice)
 
 SHAPE = (6, 20, 20)  # numpy order z, y, x; z is the thick axis (3 mm) in the cohort below
@@ -115,7 +116,7 @@ def test_a_panel_is_the_planted_slice_with_its_image_aligned(tmp_path, spacing, 
     source = GallerySource(k=1, images=list_images(str(tmp_path / "imagesTs"), ["c003"]),
                            references={"c003": str(labels / "c003.nii.gz")},
                            predictions={"M": {"c003": str(pred / "c003.nii.gz")}}, regions={"one": (1,)})
-    panel = _panel(source, "M", "c003", (1,))
+    panel = _case_panels(source, "M", "c003")["one"]
     # spacing is SimpleITK's x, y, z: (3.0, 0.8, 0.8) makes numpy's axis 2 (x) the thick one
     assert panel.where.endswith(f"across axis {axis}")
     assert panel.image.ndim == panel.reference.ndim == 2  # only the slice is kept

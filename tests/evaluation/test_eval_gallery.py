@@ -293,3 +293,21 @@ def test_an_image_of_another_shape_stops_the_run_and_writes_nothing(tmp_path):
     assert re.fullmatch(r"nnunet_dro evaluate: error: image .*imagesTs/c00\d_0000\.nii\.gz: shape \(5, 20, 20\) does "
                         r"not match its reference .*labelsTs/c00\d\.nii\.gz \(6, 20, 20\) \(numpy order\)", line), line
     assert not (tmp_path / "out").exists()
+
+
+def test_cross_validation_finds_the_trainer_folders_raw_images(tmp_path, monkeypatch):
+    from test_eval_crossval import CASES, TRAINER, _truth, make_world
+
+    raw, folders = make_world(tmp_path)
+    monkeypatch.setenv("nnUNet_raw", str(tmp_path / "raw"))
+    for i, case in enumerate(CASES[:3]):  # fold 0's cases only
+        write_label_map(raw / "imagesTr" / f"{case}_0000.nii.gz", (50.0 * _truth(i)).astype(np.float32))
+    folds = evaluate(None, {"CV": str(folders[TRAINER])}, str(tmp_path / "fold0"), folds=[0], num_processes=1,
+                     progress=False, gallery=1)
+    assert folds.gallery.images_folder == str(raw / "imagesTr")
+    assert (tmp_path / "fold0" / "worst_dice.png").is_file()
+    notes = []
+    every = evaluate(None, {"CV": str(folders[TRAINER])}, str(tmp_path / "all"), num_processes=1, progress=False,
+                     echo=notes.append)  # fold 1's cases have no image: a warning, no gallery
+    assert every.gallery is None and not (tmp_path / "all" / "worst_dice.png").exists()
+    assert any("no gallery of worst cases" in note and "'case_003'" in note for note in notes)

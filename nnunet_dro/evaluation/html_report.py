@@ -128,9 +128,14 @@ def settings_items(result: EvaluationResult) -> list[tuple[str, str]]:
     for entry in (s.get("cross_validation") or {}).values():
         items.append(("Cross-validation", entry["text"]))
     gallery = result.gallery
-    items.append(("Gallery", f"the {gallery.k} worst cases per group, region and method; images from "
-                             f"{gallery.images_folder}; {LEGEND_TEXT}" if gallery is not None
-                  else "none: no images (give -i IMAGES, or an imagesTs/imagesTr beside the labels), or --gallery 0"))
+    if gallery is not None:
+        text = f"the {gallery.k} worst cases per group, region and method; images from {gallery.images_folder}; " \
+               f"{LEGEND_TEXT}"
+    elif s.get("runs"):
+        text = "none: several runs per method have no gallery (evaluate one run's folder for its worst cases)"
+    else:
+        text = "none: no images (give -i IMAGES, or an imagesTs/imagesTr beside the labels), or --gallery 0"
+    items.append(("Gallery", text))
     items.append(("Versions", ", ".join(f"{p} {v}" for p, v in s["versions"].items() if v)))
     return items
 

@@ -280,6 +280,7 @@ def test_report_html_names_intervals_over_runs(dataset, tmp_path):
     text = (tmp_path / "runs" / "report.html").read_text(encoding="utf-8")
     assert "intervals over runs (runs and test cases resampled)" in text
     assert "case-resampling bootstrap" not in text
+    assert "none: several runs per method have no gallery" in text
 
 
 def test_an_image_of_another_shape_stops_the_run_and_writes_nothing(tmp_path):

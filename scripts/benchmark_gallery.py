@@ -98,10 +98,12 @@ def main() -> None:
         off, on = min(times["--gallery 0"]), min(times["--gallery 4"])
         print(f"processes: {args.np}, best of {args.repeats} runs each (wall clock, whole command)")
         for name, values in times.items():
-            print(f"  nnunet_dro evaluate {name:12s} {min(values):7.2f} s   (runs: {', '.join(f'{v:.2f}' for v in values)})")
+            runs = ", ".join(f"{v:.2f}" for v in values)
+            print(f"  nnunet_dro evaluate {name:12s} {min(values):7.2f} s   (runs: {runs})")
         print(f"ratio with gallery / without: {on / off:.2f}  (+{on - off:.2f} s)")
         sizes = {p.name: p.stat().st_size for p in sorted((root / "on").iterdir())}
-        print(f"worst_dice.png {sizes['worst_dice.png'] / 1024:.0f} KB, report.html {sizes['report.html'] / 1024:.0f} KB")
+        print(f"worst_dice.png {sizes['worst_dice.png'] / 1024:.0f} KB, "
+              f"report.html {sizes['report.html'] / 1024:.0f} KB")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -26,7 +26,7 @@ slice per region, and its volumes let go.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -38,7 +38,6 @@ from nnunet_dro.evaluation.groups import ALL
 from nnunet_dro.evaluation.io import SEGMENTATION_ENDINGS, read_segmentation, split_case_id
 from nnunet_dro.evaluation.metrics import METRIC_INFO
 
-DEFAULT_K = 4
 #: Fixed contour colours (and line styles, so the two stay apart without colour vision).
 REFERENCE_COLOUR = "#00e676"  # green, solid
 PREDICTION_COLOUR = "#ff1744"  # red, dashed
@@ -59,7 +58,6 @@ class GallerySource:
     predictions: dict[str, dict[str, str]]  # method -> case -> prediction file (folder methods only)
     regions: dict[str, tuple[int, ...]]  # region name -> labels
     images_folder: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 def default_images_folder(reference: str) -> str | None:
@@ -333,5 +331,5 @@ def gallery_source(k: int, images: tuple[dict[str, str], str] | None, references
                          regions={r.name: tuple(r.labels) for r in regions}, images_folder=images[1])
 
 
-__all__ = ["DEFAULT_K", "GallerySource", "LEGEND_TEXT", "default_images_folder", "gallery_images", "gallery_source", "list_images",
-           "plane_axis", "read_image", "worst_cases", "worst_slice", "write_gallery"]
+__all__ = ["GallerySource", "LEGEND_TEXT", "default_images_folder", "gallery_images", "gallery_source",
+           "list_images", "plane_axis", "read_image", "worst_cases", "worst_slice", "write_gallery"]

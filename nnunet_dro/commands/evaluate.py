@@ -68,6 +68,13 @@ def register(subparsers) -> None:
                              "between groups and its change (disparity.csv; cases resampled within groups). "
                              "Default: 0 (off); with several runs per method, the resamples of the intervals over "
                              "runs and over test cases (default there: 2000)")
+    parser.add_argument("-i", dest="images", type=str, default=None, metavar="IMAGES",
+                        help="folder of the images (nnU-Net naming, CASE_0000.nii.gz) for the gallery of worst cases "
+                             "(worst_<metric>.png). Default: the imagesTs or imagesTr beside the references' labelsTs "
+                             "or labelsTr, where every case has its image")
+    parser.add_argument("--gallery", type=non_negative_int, default=4, metavar="K",
+                        help="worst cases per group, region and method in worst_<metric>.png (with images). "
+                             "Default: 4; 0: no gallery")
     parser.set_defaults(func=run)
 
 
@@ -97,7 +104,7 @@ def parse_prediction_runs(values: list[str]) -> dict[str, list[str]]:
 def _options(args: argparse.Namespace) -> EvaluationOptions:
     """Every evaluation option of the command line, as one EvaluationOptions."""
     return evaluation_options(args, missing=args.missing, num_processes=args.np, n_bootstrap=args.bootstrap,
-                              progress=True, folds=args.folds)
+                              progress=True, folds=args.folds, gallery=args.gallery, images=args.images)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from nnunet_dro.evaluation.crossval import (SPLITS_FILE, CrossValidation, check_
 from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
 from nnunet_dro.evaluation.disparity import disparity_table
+from nnunet_dro.evaluation.gallery import gallery_images, gallery_source
 from nnunet_dro.evaluation.metrics import (MASK_METRICS, METRIC_INFO, TOPOLOGY_METRICS, CaseResult, CaseTask,
                                            dice_percent, evaluate_case, hd95_empty_value, region_counts,
                                            topology_errors, volume_similarity_percent)
@@ -206,6 +207,7 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
             # a typo or a sanity check: either way the reader must know the 100s are no result
             warn(f"warning: -pred {m.name}={m.source} is the reference folder itself: every case is scored "
                  f"against itself (Dice 100, HD95 0)")
+    images = gallery_images(options.gallery, options.images, reference, cases, warn) if output is not None else None
 
     results = _read_cases(ref_files, methods, spec, metrics, inputs.nsd_tolerance, num_processes, progress)
     region_list = _resolve_regions(spec, results, methods)
@@ -235,7 +237,9 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
         case_report["groups"] = assignment.report()
     result = EvaluationResult(per_case=per_case, summary=summary, comparison=comparison, settings=settings,
                               cases=case_report, regions=region_list, group_columns=group_columns,
-                              output_folder=output, disparity=disparity)
+                              output_folder=output, disparity=disparity,
+                              gallery=gallery_source(options.gallery, images, ref_files,
+                                                     {m.name: m.files for m in methods}, region_list))
     if output is not None:
         reports.write_report(output, result)
     return result

@@ -81,6 +81,8 @@ class EvaluationOptions:
     folds: tuple[int, ...] | None = None
     nsd_tolerance: float | None = None
     echo: Callable[[str], None] | None = None
+    gallery: int = 4  # worst cases per group and region in worst_<metric>.png (0: none); evaluation/gallery.py
+    images: str | None = None  # the gallery's images (None: the imagesXx beside the references' labelsXx)
 
     def __post_init__(self) -> None:
         # frozen: the normalised values are set through object.__setattr__, once, here
@@ -100,6 +102,8 @@ class EvaluationOptions:
         if self.n_bootstrap < 0:
             raise EvaluationOptionError(f"--bootstrap {self.n_bootstrap}: must be 0 (off) or a positive number of "
                                         f"resamples")
+        if self.gallery < 0:
+            raise EvaluationOptionError(f"--gallery {self.gallery}: give a number of cases, 0 (no gallery) or more")
         if self.group_by and not self.groups:
             raise EvaluationOptionError("--group-by needs a group table (-groups TABLE.csv|.tsv)")
         tolerance = self.nsd_tolerance

@@ -34,6 +34,7 @@ import pandas as pd
 from nnunet_dro.atomic import atomic_path, can_replace_folder, check_output_folder, replaced_folder
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.groups import ALL
+from nnunet_dro.evaluation.html_report import write_gallery_and_html
 from nnunet_dro.evaluation.metrics import METRIC_INFO
 from nnunet_dro.evaluation.result import EvaluationResult
 from nnunet_dro.evaluation.stats import CVAR_COLUMN, percentile_column
@@ -43,8 +44,8 @@ METRIC_TITLES = {name: info.title for name, info in METRIC_INFO.items()}
 #: of zero is no achievement: an all-zero region would "win").
 RANKED_COLUMNS = {"mean", "median", CVAR_COLUMN}
 OUR_FILES = ("per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv",
-             "disparity.csv", "runs.csv", "runs.json")
-FIGURE_PREFIXES = ("boxplots_", "disparity_")
+             "disparity.csv", "runs.csv", "runs.json", "report.html")
+FIGURE_PREFIXES = ("boxplots_", "disparity_", "worst_")
 
 
 def is_report_file(name: str) -> bool:
@@ -124,12 +125,15 @@ def _write_all(folder: Path, result: EvaluationResult) -> None:
     if result.runs is not None:  # several runs per method: runs.csv, runs.json (evaluation/runs.py)
         result.runs.write(folder)
     (folder / "summary.json").write_text(summary_json(result), encoding="utf-8")
-    (folder / "table.md").write_text(markdown_tables(result), encoding="utf-8")
+    tables_markdown = markdown_tables(result)
+    (folder / "table.md").write_text(tables_markdown, encoding="utf-8")
     (folder / "table.tex").write_text(latex_tables(result), encoding="utf-8")
     for metric in result.settings["metrics"]:
         write_boxplots(folder / f"boxplots_{metric}.png", result, metric)
         if result.disparity is not None:
             write_disparity_figure(folder / f"disparity_{metric}.png", result, metric)
+    # last: report.html embeds every figure above and the gallery of worst cases (html_report.py)
+    write_gallery_and_html(folder, result, terminal_table(result), tables_markdown)
 
 
 def _records(frame: pd.DataFrame | None) -> list[dict] | None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from nnunet_dro.evaluation.gallery import GallerySource
 from nnunet_dro.evaluation.regions import Region
 from nnunet_dro.evaluation.runs import RunsReport
 
@@ -24,3 +25,4 @@ class EvaluationResult:
     output_folder: str | None = None
     disparity: pd.DataFrame | None = None  # with a group table: gap between groups (evaluation.disparity)
     runs: RunsReport | None = None  # several runs per method: the statistics over runs (runs.py)
+    gallery: GallerySource | None = None  # with images: the files of worst_<metric>.png (gallery.py)

@@ -183,7 +183,7 @@ def test_report_files_columns_and_policies(cohort, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["per_case.csv", "summary.csv", "summary.json", "table.md", "table.tex", "comparison.csv",
          "boxplots_dice.png", "boxplots_hd95.png", "boxplots_vs.png", "disparity.csv", "disparity_dice.png",
-         "disparity_hd95.png", "disparity_vs.png"])
+         "disparity_hd95.png", "disparity_vs.png", "report.html"])
     per_case = pd.read_csv(out / "per_case.csv")
     assert list(per_case.columns[:7]) == ["method", "case", "region", "metric", "value", "condition", "ga"]
     summary = pd.read_csv(out / "summary.csv")

@@ -20,7 +20,8 @@ from nnunet_dro.evaluation.options import EvaluationOptionError
 #: the keyword defaults of evaluate() before the options became one object (its signature then)
 OLD_DEFAULTS = dict(groups=None, group_by=None, case_column="case", groups_partial=False, regions=None,
                     metrics=("dice",), percentiles=(25, 10, 5), empty="one", missing="error", num_processes=None,
-                    n_bootstrap=0, strict=True, progress=True, folds=None, nsd_tolerance=None, echo=None)
+                    n_bootstrap=0, strict=True, progress=True, folds=None, nsd_tolerance=None, echo=None,
+                    gallery=4, images=None)  # the gallery's options (issue 82) came later
 
 
 @pytest.fixture(scope="module")

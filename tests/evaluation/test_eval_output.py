@@ -101,8 +101,8 @@ def test_update_swaps_the_whole_report_and_keeps_other_files(cohort, tmp_path):
     assert second.returncode == 0, second.stderr
     # Only this run's report (no comparison.csv, no VS box plot of the first run) and the user's files.
     assert sorted(p.name for p in out.iterdir()) == [
-        "boxplots_dice.png", "figures", "notes.txt", "per_case.csv", "summary.csv", "summary.json", "table.md",
-        "table.tex"]
+        "boxplots_dice.png", "figures", "notes.txt", "per_case.csv", "report.html", "summary.csv", "summary.json",
+        "table.md", "table.tex"]
     assert set(pd.read_csv(out / "per_case.csv")["method"]) == {"B"}
     assert (out / "notes.txt").read_text() == "mine\n" and (out / "figures" / "fig1.txt").read_text() == "mine too\n"
     assert (out / "notes.txt").stat().st_ino == inode_of_notes  # carried over as a hard link, not copied

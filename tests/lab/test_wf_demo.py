@@ -42,6 +42,8 @@ def test_demo_runs_the_whole_pipeline_and_reuses_finished_steps(tmp_path):
     assert set(summary["region"]) == {"white_matter", "intra_axial_csf", "cerebellum"}
     assert set(summary.loc[summary["group_column"] == "condition", "group"]) <= {"control", "spina_bifida", "other"}
     assert (out / "evaluation" / "boxplots_dice.png").is_file()
+    # nnU-Net's own predictions of the raw dataset's labelsTs, imagesTs beside it: the gallery and report.html
+    assert (out / "evaluation" / "worst_dice.png").is_file() and (out / "evaluation" / "report.html").is_file()
     assert (out / "evaluation" / "comparison.csv").is_file()
     # the DRO arm wrote its hardness report into nnU-Net's fold folder
     reports = list((out / "nnunet" / "nnUNet_results").rglob("dro_hardness.csv"))

@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.nnunet_dro_installed
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install test demo demo-full
+.PHONY: install test test-lab demo demo-full
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,15 @@ $(STAMP): setup.py
 install: $(STAMP)
 
 # one pytest worker per core (at most 4), whole test files per worker: tests/conftest.py
+PYTEST := $(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup --no-loadscope-reorder --durations=25
+
+# the product's suite (target: at most 10 minutes on 2 cores); the lab tier is `make test-lab`
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup --no-loadscope-reorder --durations=25
+	$(PYTEST) -m "not lab"
+
+# the lab's integration runs: benchmark, tutorial, demo, GPU check, the scripts (tests/conftest.py)
+test-lab: $(STAMP)
+	$(PYTEST) -m lab
 
 # about 20 minutes on 2 cores: the workflow, and whether nnU-Net's budget sufficed (its last line)
 demo: $(STAMP)

@@ -219,8 +219,11 @@ OTHER = [c for c in ALL_COMMANDS if nnunet_dro_argv(c.argv) is None]
 def test_other_commands_exist(command):
     argv = command.argv
     if argv[0] == "make":
-        targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M)
-        assert set(argv[1:]) <= set(targets), f"{command}: Makefile targets are {targets}"
+        makefile = (ROOT / "Makefile").read_text()
+        targets = re.findall(r"^([\w-]+):", makefile, re.M)
+        variables = {arg.split("=")[0] for arg in argv[1:] if "=" in arg}  # make install TORCH_INDEX=...
+        assert {arg for arg in argv[1:] if "=" not in arg} <= set(targets), f"{command}: Makefile targets are {targets}"
+        assert all(re.search(rf"^{name} \??=", makefile, re.M) for name in variables), f"{command}: no such variable"
         return
     found = executable_of(argv)
     if found is None:  # pip, export, ...: nothing of ours to check

@@ -14,7 +14,7 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 # empty: pip's configured index; a URL: torch and torchvision from that index only (--index-url)
 TORCH_INDEX ?=
 
-.PHONY: install test test-lab demo demo-full
+.PHONY: install lint test test-lab demo demo-full
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# ruff's rules of pyproject.toml (pyflakes F, import order I); it changes no file
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # one pytest worker per core (at most 4), whole test files per worker: tests/conftest.py
 PYTEST := $(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadgroup --no-loadscope-reorder --durations=25

@@ -81,7 +81,7 @@ def _check_keeps_nnunet_signature_and_sets_only_attributes(cls, base_name):
 
 
 #: what a variant file's class may set (attributes only): the settings of its scheme, the optimiser
-#: and the reporting attributes; anything else (a method, a property, a retired dro_* attribute) fails
+#: and the reporting attributes; anything else (a method, a property, another dro_* attribute) fails
 VARIANT_ATTRIBUTES = frozenset({"dro_settings", "gils_settings", "sgd_momentum", "sgd_nesterov",
                                 "dro_num_hardest_logged", "dro_write_report_every_epoch",
                                 "dro_progress_time_fraction"})

@@ -16,8 +16,8 @@ from batchgenerators.utilities.file_and_folder_operations import load_json
 
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
-from nnunet_dro.training import (DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS, nnUNetTrainerDROAdaptive,
-                                 nnUNetTrainerDROAdaptive_fromStart, nnUNetTrainerDROChi2)
+from nnunet_dro.lab.variants import nnUNetTrainerDRO_noIS, nnUNetTrainerDROAdaptive_fromStart
+from nnunet_dro.training import DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive, nnUNetTrainerDROChi2
 from nnunet_dro.training.nnunet_compat import compatibility_problems
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")

@@ -1,7 +1,7 @@
-"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+"""One lab trainer variant, attributes only: found by the discovery of ``nnunet_dro.lab.variants``."""
 from dataclasses import replace
 
-from nnunet_dro.training.variants.nnUNetTrainerDROAdaptive_f50 import nnUNetTrainerDROAdaptive_f50
+from nnunet_dro.lab.variants.nnUNetTrainerDROAdaptive_f50 import nnUNetTrainerDROAdaptive_f50
 
 
 class nnUNetTrainerDROAdaptive_warm50(nnUNetTrainerDROAdaptive_f50):

@@ -1,4 +1,4 @@
-"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+"""One lab trainer variant, attributes only: found by the discovery of ``nnunet_dro.lab.variants``."""
 from dataclasses import replace
 
 from nnunet_dro.training.trainer import nnUNetTrainerDRO

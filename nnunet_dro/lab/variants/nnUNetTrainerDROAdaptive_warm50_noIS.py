@@ -1,7 +1,7 @@
-"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+"""One lab trainer variant, attributes only: found by the discovery of ``nnunet_dro.lab.variants``."""
 from dataclasses import replace
 
-from nnunet_dro.training.variants.nnUNetTrainerDROAdaptive_noIS import nnUNetTrainerDROAdaptive_noIS
+from nnunet_dro.lab.variants.nnUNetTrainerDROAdaptive_noIS import nnUNetTrainerDROAdaptive_noIS
 
 
 class nnUNetTrainerDROAdaptive_warm50_noIS(nnUNetTrainerDROAdaptive_noIS):

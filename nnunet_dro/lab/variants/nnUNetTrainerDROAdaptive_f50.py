@@ -1,7 +1,7 @@
-"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
+"""One lab trainer variant, attributes only: found by the discovery of ``nnunet_dro.lab.variants``."""
 from dataclasses import replace
 
-from nnunet_dro.training.variants.nnUNetTrainerDROAdaptive_fromStart import nnUNetTrainerDROAdaptive_fromStart
+from nnunet_dro.lab.variants.nnUNetTrainerDROAdaptive_fromStart import nnUNetTrainerDROAdaptive_fromStart
 
 
 class nnUNetTrainerDROAdaptive_f50(nnUNetTrainerDROAdaptive_fromStart):

@@ -78,6 +78,7 @@ def _check_keeps_nnunet_signature_and_sets_only_attributes(cls, base_name):
     """nnU-Net records the constructor's arguments by name: every trainer keeps its signature, and a
     variant (any class but ``base_name``) defines no method, only attributes."""
     import inspect
+
     from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
     assert list(inspect.signature(cls.__init__).parameters) == list(inspect.signature(nnUNetTrainer.__init__).parameters)

@@ -31,7 +31,9 @@ setup(
     # pytest < 9.2: on 9.2 pytest-xdist 3.8's --dist loadgroup no longer groups (pytest-xdist issue
     # 1386): each file's tests are spread over the workers and a module-scoped fixture is built
     # once per worker (the shared benchmark run twice), and the /dev/shm files run side by side
-    # selenium: tests/evaluation/test_eval_html_browser.py drives Debian's chromium through its chromedriver
-    extras_require={"test": ["pytest>=8,<9.2", "pytest-timeout", "pytest-xdist", "hypothesis", "selenium>=4.10"]},
+    # selenium: tests/evaluation/test_eval_html_browser.py drives Debian's chromium through its chromedriver;
+    # ruff: `make lint` (its rules in pyproject.toml)
+    extras_require={"test": ["pytest>=8,<9.2", "pytest-timeout", "pytest-xdist", "hypothesis", "selenium>=4.10",
+                             "ruff>=0.5"]},
     entry_points={"console_scripts": ["nnunet_dro = nnunet_dro.cli:main"]},
 )

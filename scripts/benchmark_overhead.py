@@ -134,16 +134,17 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(args.threads)
     from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
-    import nnunet_dro.training as training
+    from nnunet_dro.lab.variants import LAB_VARIANTS
+    from nnunet_dro.training.registry import BASES, TRAINERS
 
+    known = {name: cls for name, cls in {**TRAINERS, **LAB_VARIANTS}.items() if name not in BASES}  # the product's and the lab's
     names = [n.strip() for n in args.trainers.split(",") if n.strip()]
-    unknown = [n for n in names if n not in training.__all__ or not n.startswith("nnUNetTrainer")]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
-        parser.error(f"--trainers: unknown trainer(s) {unknown or args.trainers!r}; choose from "
-                     f"{[n for n in training.__all__ if n.startswith('nnUNetTrainer')]}")
+        parser.error(f"--trainers: unknown trainer(s) {unknown or args.trainers!r}; choose from {sorted(known)}")
     trainers = {"ERM nnUNetTrainer": build_trainer(nnUNetTrainer, dataset_id)}
     for name in names:
-        trainers[name] = build_trainer(getattr(training, name), dataset_id)
+        trainers[name] = build_trainer(known[name], dataset_id)
     times = interleaved_step_times(trainers, args.warmup, args.n,
                                    clock=time.process_time if args.clock == "cpu" else time.perf_counter)
     erm = trainers["ERM nnUNetTrainer"]

@@ -4,7 +4,7 @@ A thin entry point: the runner is :mod:`nnunet_dro.lab.benchmark` (its docstring
 each step does and what is reported), the analysis :mod:`nnunet_dro.lab.benchmark_analysis`.
 
     python scripts/benchmark_robustness.py                                  # 3 seeds x 6 arms
-    python scripts/benchmark_robustness.py --arms ERM,Adaptive_f50 --seeds 0,1,2
+    python scripts/benchmark_robustness.py --arms ERM,DROAdaptive_f50 --seeds 0,1,2
     python scripts/benchmark_robustness.py --report-only                    # tables from stored runs
 """
 import sys

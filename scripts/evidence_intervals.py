@@ -67,9 +67,7 @@ STATISTICS = (
 #: record arm -> (method, run): arms that are a second run of a method count as that method's runs
 RUNS = {
     "ERM_repeat": ("ERM", 2),
-    "DROAdaptive_untilLearned": ("DROAdaptive", 1),
     "DROAdaptive_repeat": ("DROAdaptive", 2),
-    "Adaptive_f50_noIS_cap5": ("DROAdaptive_fromStart", 1),
 }
 #: method -> the row label the docs give it
 LABELS = {
@@ -81,7 +79,7 @@ LABELS = {
     "Oversample033": "`nnUNetTrainer_probabilisticOversampling_033`",
     "JTT": "Just Train Twice (`nnunet_dro jtt`)",
     "GroupBalanced": "balanced sampling (knows the groups)",
-    "Adaptive_f25_noIS_cap5": "f = 0.25 with the cap",
+    "DROAdaptive_f25_noIS_cap5": "f = 0.25 with the cap",
     "DROAdaptive_f25_ermPhase": "candidate `nnUNetTrainerDROAdaptive_f25_ermPhase`",
     "DROLS": "GI-LS `nnUNetTrainerDROLS`",
     "DROLS_DRO": "GI-LS with the default's sampling `nnUNetTrainerDROLS_DRO`",

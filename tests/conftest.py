@@ -7,8 +7,15 @@ of them would otherwise remove the orphaned blocks another file is about to chec
 the longest end-to-end runs are handed out first, so that no worker starts a five-minute test when
 the others are nearly done. A plain ``pytest`` (no ``-n``) runs everything in one process, in the
 same order.
+
+Two tiers (``make test``: ``-m "not lab"``; ``make test-lab``: ``-m lab``): every test under
+``tests/lab/``, the files in ``LAB_FILES`` and single tests marked ``@pytest.mark.lab`` are the lab's
+(the benchmark, tutorial, demo, GPU check and the scripts' runs, which measure the product rather
+than test it); the rest is the product's suite.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +23,9 @@ import pytest
 SHARED_MEMORY_FILES = ("test_train_e2e.py", "test_sampler_processes.py", "test_eval_faults.py",
                        "test_data_label_audit.py",  # its multiprocessing pools make semaphores
                        "test_train_error_set_e2e.py")  # kills a training's process group, runs cleanup-shm
+LAB_DIR = Path(__file__).resolve().parent / "lab"
+# Lab files outside tests/lab/ (they run a script of scripts/, not a product command).
+LAB_FILES = ("test_wf_gpu_check.py", "test_wf_benchmark_overhead.py")
 # The longest units, longest first (pytest --durations on 2 cores, November 2026); every other file
 # keeps its place in the collection order after them.
 LONGEST_FIRST = ("test_tutorial.py", "test_wf_benchmark_robustness.py", "dev_shm", "test_wf_gpu_check.py",
@@ -30,6 +40,8 @@ def _unit(item: pytest.Item) -> str:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if LAB_DIR in item.path.parents or item.path.name in LAB_FILES:
+            item.add_marker(pytest.mark.lab)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(_unit(item)))
     rank = {unit: position for position, unit in enumerate(LONGEST_FIRST)}

@@ -1,13 +1,12 @@
 """One command-line convention, nnU-Net's where nnU-Net has one (docs/getting-started.md, "Command-line
 conventions"), checked on every sub-command's ``--help`` as a user reads it:
 
-- ``-d`` is the *input* dataset, an ID or a name (as ``nnUNetv2_train`` / ``nnUNetv2_predict``), or the
-  deprecated old spelling of ``--id`` (the dataset a command writes), saying so;
+- ``-d`` is the *input* dataset, an ID or a name (as ``nnUNetv2_train`` / ``nnUNetv2_predict``); the
+  dataset a command writes is ``--id``;
 - ``-i`` is an input folder, ``-o`` the output; ``-tr``, ``-c``, ``-p``, ``-f``, ``-chk`` as nnU-Net;
 - ``-np`` is a positive number of processes with one default everywhere (``nnUNet_def_n_proc`` or 8);
 - every option the help text mentions exists in that command (``exclude-cases -h`` used to mention a
-  ``--kind`` it lacks);
-- an old spelling still parses, with one note on stderr.
+  ``--kind`` it lacks).
 """
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ def test_help_follows_the_convention(command):
     options = parser._option_string_actions
     if "-d" in options:
         action = options["-d"]
-        assert (action.metavar == "DATASET" and "ID or name" in action.help) or \
-            (action.help.startswith("deprecated spelling of --id") and "--id" in options), (command, action.help)
+        assert action.metavar == "DATASET" and "ID or name" in action.help, (command, action.help)
     if "--id" in options:
         assert "of the dataset written" in options["--id"].help
     if "-i" in options:
@@ -70,18 +68,14 @@ def test_every_np_has_one_default(monkeypatch):
     assert set(defaults) >= {"evaluate", "ensemble", "audit-labels", "jtt"} and set(defaults.values()) == {None}
 
 
-@pytest.mark.parametrize("command, old, new", [
-    (["make-synthetic", "-d", "990"], "-d", "--id"),
-    (["convert-feta", "feta", "-d", "201"], "-d", "--id"),
-    (["convert-brats19", "brats", "-d", "219"], "-d", "--id"),
-])
-def test_old_spellings_parse_with_one_note(capsys, command, old, new):
-    args = build_parser().parse_args(command)
-    assert args.dataset_id == int(command[-1])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"{old} is deprecated" in err[0] and f"use {new}" in err[0]
+@pytest.mark.parametrize("command", [["make-synthetic", "-d", "990"], ["convert-feta", "feta", "-d", "201"],
+                                     ["convert-brats19", "brats", "-d", "219"]])
+def test_the_dataset_written_is_named_by_id_only(capsys, command):
+    """``-d`` names an input dataset; a command that writes one takes its ID as ``--id`` only."""
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(command)
+    assert stop.value.code == 2 and "required: --id" in capsys.readouterr().err
     assert build_parser().parse_args([c if c != "-d" else "--id" for c in command]).dataset_id == int(command[-1])
-    assert capsys.readouterr().err == ""
 
 
 def test_input_dataset_accepts_id_or_name():

@@ -15,7 +15,7 @@ SHARED = {
     ("evaluate", "ensemble"): ["-ref", "-groups", "--group-by", "--case-column", "--groups-partial", "-regions",
                                "--metrics",
                                "--percentiles", "--empty", "--strict", "--allow-mismatch"],
-    ("convert-feta", "convert-brats19", "make-synthetic"): ["--id", "-d", "--overwrite"],
+    ("convert-feta", "convert-brats19", "make-synthetic"): ["--id", "--overwrite"],
     ("convert-feta", "convert-brats19"): ["--test-cases", "--test-fraction", "--seed"],
 }
 

@@ -219,8 +219,11 @@ OTHER = [c for c in ALL_COMMANDS if nnunet_dro_argv(c.argv) is None]
 def test_other_commands_exist(command):
     argv = command.argv
     if argv[0] == "make":
-        targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M)
-        assert set(argv[1:]) <= set(targets), f"{command}: Makefile targets are {targets}"
+        makefile = (ROOT / "Makefile").read_text()
+        targets = re.findall(r"^([\w-]+):", makefile, re.M)
+        variables = {arg.split("=")[0] for arg in argv[1:] if "=" in arg}  # make install TORCH_INDEX=...
+        assert {arg for arg in argv[1:] if "=" not in arg} <= set(targets), f"{command}: Makefile targets are {targets}"
+        assert all(re.search(rf"^{name} \??=", makefile, re.M) for name in variables), f"{command}: no such variable"
         return
     found = executable_of(argv)
     if found is None:  # pip, export, ...: nothing of ours to check
@@ -279,9 +282,11 @@ TRAINERS = sorted({(page, name) for page in DOCS for _, span in inline_code(page
 def test_trainer_names_are_classes(page, name):
     training = importlib.import_module("nnunet_dro.training")
     budget = importlib.import_module("nnunet_dro.lab.budget")
+    lab_variants = importlib.import_module("nnunet_dro.lab.variants")  # the ablation arms
     if name == "nnUNetTrainer":
         return
-    assert hasattr(training, name) or hasattr(budget, name), f"{page.name}: no trainer class {name}"
+    assert any(hasattr(module, name) for module in (training, budget, lab_variants)), \
+        f"{page.name}: no trainer class {name}"
 
 
 PYTHON_BLOCKS = [b for page in DOCS for b in fenced_blocks(page) if b.language == "python"]
@@ -336,10 +341,14 @@ def test_every_docs_page_is_linked_from_the_readme():
 
 
 def test_ci_runs_the_test_command_the_readme_states():
-    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+    """.ci/run's first pytest target is the README's `make test` (the product's suite); the lab's
+    tier, `make test-lab`, comes after it."""
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.lstrip().startswith(("#", "set ", "cd "))]
     assert ci, ".ci/run runs nothing"
+    makefile = (ROOT / "Makefile").read_text()
+    runs_pytest = [line for line in ci if line.startswith("make ")  # $(PYTEST) or a plain pytest
+                   and re.search(rf"^{line.split()[-1]}:.*\n\t.*pytest", makefile, re.M | re.I)]
     readme_commands = {" ".join(c.argv) for c in commands_of(ROOT / "README.md")}
-    assert ci[-1].strip() in readme_commands, f".ci/run runs {ci[-1]!r}, the README states {readme_commands}"
-    target = ci[-1].split()[-1]
-    assert re.search(rf"^{target}:.*\n\t.*pytest", (ROOT / "Makefile").read_text(), re.M)
+    assert runs_pytest == ["make test", "make test-lab"], f".ci/run runs the tests as {runs_pytest}"
+    assert "make test" in readme_commands, f"the README states {readme_commands}"

@@ -7,39 +7,17 @@ from pathlib import Path
 from nnunet_dro.commands.arg_types import dataset_id, fraction, non_negative_int
 
 
-class DeprecatedOption(argparse.Action):
-    """An old spelling that still works for one release: stores its value under the new option's
-    ``dest`` and prints one line on stderr naming the new spelling."""
-
-    def __init__(self, option_strings, dest, new: str, why: str = "", **kwargs):
-        self.new, self.why = new, why
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        import sys
-
-        print(f"{parser.prog}: note: {option_string} is deprecated here{self.why}; use {self.new} (the old "
-              f"spelling goes in the next release)", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
 def add_dataset_arguments(parser: argparse.ArgumentParser, default_name: str | None,
-                          name_default_text: str | None = None, old_d: bool = True, required: bool = True) -> None:
+                          name_default_text: str | None = None, required: bool = True) -> None:
     """``--id ID``, ``-n NAME`` and ``--overwrite``: the dataset the command writes.
 
     ``-d`` is the *input* dataset in every command (as in nnU-Net); the ID of the dataset a command
-    creates is ``--id``. ``old_d``: the old spelling ``-d ID`` still works for one release, with a
-    note on stderr. ``default_name=None``: the sub-command chooses the name itself when ``-n`` is
+    creates is ``--id``. ``default_name=None``: the sub-command chooses the name itself when ``-n`` is
     not given (``name_default_text`` says how). ``required=False``: the command checks ``--id``
-    itself (``exclude-cases``, whose old spelling used ``-d`` for it).
+    itself (``exclude-cases``, where ``-d`` or ``-i`` give the input).
     """
-    ids = parser.add_mutually_exclusive_group(required=required)
-    ids.add_argument("--id", dest="dataset_id", type=dataset_id, metavar="ID",
-                     help="nnU-Net dataset ID (1-999) of the dataset written")
-    if old_d:
-        ids.add_argument("-d", dest="dataset_id", type=dataset_id, metavar="ID", action=DeprecatedOption,
-                         new="--id", why=" for the dataset written (-d names the input dataset)",
-                         help="deprecated spelling of --id")
+    parser.add_argument("--id", dest="dataset_id", type=dataset_id, metavar="ID", required=required,
+                        help="nnU-Net dataset ID (1-999) of the dataset written")
     parser.add_argument("-n", "--name", default=default_name,
                         help="dataset name after the ID" + (f" (default: {default_name})" if default_name else
                                                             f" (default: {name_default_text or 'chosen by the command'})"))

@@ -37,31 +37,20 @@ def register(subparsers) -> None:
     parser.add_argument("--flags", default=None, metavar="FLAG[,FLAG]",
                         help="with -table: only its rows whose 'flag' is one of these, e.g. missing. "
                              "Default: every row")
-    add_dataset_arguments(parser, default_name=None, name_default_text="the input's name + Excluded", old_d=False,
+    add_dataset_arguments(parser, default_name=None, name_default_text="the input's name + Excluded",
                           required=False)
     parser.set_defaults(func=run)
 
 
 def _resolve_datasets(args: argparse.Namespace) -> None:
-    """``-d`` is the input dataset; until the next release ``-i DIR -d ID`` (the old spelling, ``-d``
-    for the dataset written) still works, with a note."""
-    import sys
-
-    from nnunet_dro.commands.arg_types import dataset_id
+    """``-d`` (an ID or name under ``$nnUNet_raw``) or ``-i`` (a folder) is the input dataset; ``--id``
+    the one written."""
     from nnunet_dro.commands.dataset_options import raw_dataset_folder
     from nnunet_dro.errors import UserError
 
     if args.dataset_dir is not None and args.dataset is not None:
-        if args.dataset_id is not None:
-            raise UserError("-d and -i both name the input dataset; give one of them")
-        try:
-            args.dataset_id = dataset_id(args.dataset)
-        except Exception:
-            raise UserError(f"-d {args.dataset} with -i: -d names the input dataset, -i its folder; give one of "
-                            f"them, and the new dataset's ID with --id") from None
-        print("nnunet_dro exclude-cases: note: -d for the dataset written is deprecated; use --id (-d names the "
-              "input dataset, as -i its folder; the old spelling goes in the next release)", file=sys.stderr)
-        args.dataset = None
+        raise UserError(f"-d {args.dataset} and -i {args.dataset_dir} both name the input dataset; give one of them "
+                        f"(the dataset written is --id)")
     if args.dataset_dir is None and args.dataset is None:
         raise UserError("give the input dataset: -d ID_OR_NAME (under $nnUNet_raw) or -i DATASET_DIR")
     if args.dataset_id is None:

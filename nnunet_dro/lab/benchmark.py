@@ -18,7 +18,7 @@ _results, :mod:`nnunet_dro.lab.pipeline`):
    evaluate`` by condition with the FeTA regions (white matter, intra-axial CSF, cerebellum).
 
 Each (seed, arm) result is stored as soon as it is finished and skipped when the script runs
-again, so the evidence can be built in pieces (``--arms ERM,Adaptive_f50 --seeds 0,1,2`` now,
+again, so the evidence can be built in pieces (``--arms ERM,DROAdaptive_f50 --seeds 0,1,2`` now,
 the other arms later) and the tables re-made from stored results (``--report-only``).
 
 Reported (terminal and OUT/): per arm, group and region: mean, p10, p5, IQR (mean ± sd over seeds);
@@ -35,9 +35,9 @@ against other arms trained under the same conditions (``ERM_repeat``, ``DROAdapt
 Dice, one point per arm and seed).
 
     python scripts/benchmark_robustness.py                                  # 3 seeds x 5 arms
-    python scripts/benchmark_robustness.py --arms ERM,Adaptive_f50 --seeds 0,1,2
+    python scripts/benchmark_robustness.py --arms ERM,DROAdaptive_f50 --seeds 0,1,2
     python scripts/benchmark_robustness.py --report-only                    # tables from stored runs
-    python scripts/benchmark_robustness.py --seeds 1 --arms ERM,Adaptive_f50 --epochs 1 --iterations 2 \\
+    python scripts/benchmark_robustness.py --seeds 1 --arms ERM,DROAdaptive_f50 --epochs 1 --iterations 2 \\
         --n-train 10 --n-test 6 -o /tmp/smoke                                # a smoke run
 """
 from __future__ import annotations

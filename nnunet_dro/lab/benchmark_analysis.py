@@ -54,8 +54,8 @@ def parse_seeds(text: str) -> list[int]:
 def parse_arms(text: str) -> list[str]:
     """Comma-separated arm names (see ``pipeline.ARM_TRAINERS``); ERM first if present.
 
-    >>> parse_arms("Adaptive_f50,ERM")
-    ['ERM', 'Adaptive_f50']
+    >>> parse_arms("DROAdaptive_f50,ERM")
+    ['ERM', 'DROAdaptive_f50']
     """
     arms = [a.strip() for a in text.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARM_TRAINERS]
@@ -593,7 +593,7 @@ def _fmt(value) -> str:
 
 def terminal_report(summary: pd.DataFrame, paired: pd.DataFrame, targets: list[str]) -> str:
     header = "".join(f"{s:>14}" for s in REPORT_STATISTICS)
-    # the arm column fits the longest arm name (e.g. Adaptive_f50_noIS_smooth25) plus a space
+    # the arm column fits the longest arm name (e.g. DROAdaptive_noIS_smooth25) plus a space
     width = max([18] + [len(str(m)) + 1 for m in list(summary["method"]) + list(paired["method"])])
     lines = ["Dice (%) per group and region, mean ± sd over seeds",
              f"{'group':<13}{'region':<17}{'arm':<{width}}{'n':>4}" + header]

@@ -25,7 +25,8 @@ changes only what a 2-core CPU cannot afford:
   (``taskset -c``) with one thread, two 240-epoch benchmark trainings on 2 cores finished together
   in 1.2 times less time than two one after the other. Threads change no result beyond float rounding.
 
-Every trainer of :mod:`nnunet_dro.training.registry` gets its twin (``X_CPUBudget`` is ``class
+Every trainer of :mod:`nnunet_dro.training.registry` and of the lab's variants
+(:mod:`nnunet_dro.lab.variants`, the benchmark's ablation arms) gets its twin (``X_CPUBudget`` is ``class
 X_CPUBudget(CPUBudget, X)``, made by :func:`budget_twin`), found by ``nnUNetv2_train -tr`` /
 ``nnUNetv2_predict -tr`` like every trainer of ours.
 """
@@ -43,6 +44,7 @@ from nnunetv2.training.nnUNetTrainer.variants.sampling.nnUNetTrainer_probabilist
     nnUNetTrainer_probabilisticOversampling_033
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
+from nnunet_dro.lab.variants import LAB_VARIANTS
 from nnunet_dro.training.registry import PREFIX, TRAINERS
 from nnunet_dro.training.short_run import SHORT_RUN_ENV, ShortRun  # noqa: F401 (SHORT_RUN_ENV: the budget's override)
 from nnunet_dro.training.stability import learning_time_line, pseudo_dice_history, stability_line
@@ -170,7 +172,8 @@ NNUNET_ALTERNATIVES = (nnUNetTrainerDiceTopK10Loss, nnUNetTrainerTopk10Loss, nnU
 #: results folder, not another class (:data:`nnunet_dro.lab.pipeline.ARM_PLANS`).
 BUDGET_TRAINERS: dict[str, type] = {
     "nnUNetTrainer_CPUBudget": nnUNetTrainer_CPUBudget,
-    **{twin.__name__: twin for twin in map(budget_twin, (*TRAINERS.values(), *NNUNET_ALTERNATIVES))},
+    **{twin.__name__: twin for twin in map(budget_twin, (*TRAINERS.values(), *LAB_VARIANTS.values(),
+                                                         *NNUNET_ALTERNATIVES))},
 }
 
 

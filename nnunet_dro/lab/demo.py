@@ -39,7 +39,7 @@ from nnunet_dro.lab.pipeline import (ARM_TRAINERS, GROUP_COLUMN, MAJORITY_GROUP,
 DATASET_ID = 990
 DATASET_NAME = "SyntheticFetalDemo"
 #: method name in the tables -> arm of the pipeline. The DRO arm is nnUNetTrainerDROAdaptive's default
-#: setting (the benchmark's arm DROAdaptive, recorded as Adaptive_f50_noIS_cap5; docs/evidence.md).
+#: setting (the benchmark's arm DROAdaptive; docs/evidence.md).
 DEMO_ARMS = {"ERM": "ERM", "DRO": "DROAdaptive"}
 
 

@@ -76,24 +76,6 @@ FURTHER_RESULTS = {"large_test": "per_case_large_test.csv", "shifted_test": "per
 
 #: the arm every other arm is compared with, paired: nnU-Net's own training (uniform draws)
 BASELINE_ARM = "ERM"
-#: Arm name -> CPU-budget trainer (the benchmark's and the demo's choices).
-#: the arm names of the benchmark record and the journal (before arms were named after their trainers)
-LEGACY_ARMS = {
-    "DRO_beta100": "nnUNetTrainerDRO_CPUBudget",
-    **{f"Adaptive_{f}": f"nnUNetTrainerDROAdaptive_{f}_CPUBudget"
-       for f in ("f25", "f50", "f75", "f90", "f25_noIS", "f75_noIS", "f90_noIS", "kappa1", "warm50", "warm50_noIS",
-                 "noGuard", "f25_noIS_cap5")},
-    "Adaptive_f50_noIS": "nnUNetTrainerDROAdaptive_noIS_CPUBudget",
-    "Adaptive_f50_noIS_smooth25": "nnUNetTrainerDROAdaptive_noIS_smooth25_CPUBudget",
-    # the default's setting before its ERM phase (once a second class, then the default itself)
-    "Adaptive_f50_noIS_cap5": "nnUNetTrainerDROAdaptive_fromStart_CPUBudget",
-    # the ERM phase until every structure is learned, a variant before it became the default
-    "Adaptive_untilLearned": "nnUNetTrainerDROAdaptive_CPUBudget",
-    "DROAdaptive_untilLearned": "nnUNetTrainerDROAdaptive_CPUBudget",
-}
-#: arm -> CPU-budget trainer: every budget trainer under its arm name (the trainer's name without
-#: ``nnUNetTrainer``, ERM for nnU-Net's), ERM and the default run again (ERM_repeat, DROAdaptive_repeat),
-#: and the record's arm names
 #: short names for nnU-Net's own alternatives (the arms of the comparison with what users try first)
 NNUNET_ALTERNATIVE_ARMS = {"DiceTopK10": "nnUNetTrainerDiceTopK10Loss_CPUBudget",
                            "TopK10": "nnUNetTrainerTopk10Loss_CPUBudget",
@@ -104,10 +86,13 @@ NNUNET_ALTERNATIVE_ARMS = {"DiceTopK10": "nnUNetTrainerDiceTopK10Loss_CPUBudget"
 #: own, :data:`ARM_PLANS`, so that it is not the CaseWeights arm's).
 JTT_ARM = "JTT"
 JTT_SETTINGS = {"fraction": 0.2, "rule": "worst-dice", "upweight": 5.0}
+#: arm -> CPU-budget trainer: every budget trainer under its arm name (the trainer's name without
+#: ``nnUNetTrainer``, ERM for nnU-Net's), ERM and the default run again (ERM_repeat, DROAdaptive_repeat).
+#: The record's arms of the unreleased 0.1.0 were renamed once (scripts/migrate_record_arms.py).
 ARM_TRAINERS = {**{arm_name(name): name for name in BUDGET_TRAINERS if name.endswith("_CPUBudget")},
                 "ERM_repeat": "nnUNetTrainer_CPUBudget",
                 "DROAdaptive_repeat": "nnUNetTrainerDROAdaptive_CPUBudget",
-                **LEGACY_ARMS, **NNUNET_ALTERNATIVE_ARMS,
+                **NNUNET_ALTERNATIVE_ARMS,
                 JTT_ARM: "nnUNetTrainerCaseWeights_CPUBudget"}
 #: the arms that train another arm's trainer again, and the plans identifier of their run: a copy
 #: of nnU-Net's plans under this name (same preprocessed data, :meth:`Workspace.plans_for`), so that

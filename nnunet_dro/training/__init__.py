@@ -10,13 +10,14 @@ Use them with nnU-Net's own commands::
     export nnUNet_extTrainer=$(nnunet_dro trainer-dir)
     nnUNetv2_train DATASET 3d_fullres 0 -tr nnUNetTrainerDRO
 
-Every trainer (:mod:`nnunet_dro.training.registry`) is exported under its class name;
-``__all__`` is made from them, so the ``-tr`` lookup (which star-imports this package) finds each
-one. The benchmark's CPU-budget twins live in the lab (:mod:`nnunet_dro.lab.budget`).
+Every trainer (:mod:`nnunet_dro.training.registry`) is importable under its class name; ``__all__``
+holds the product's (:data:`~nnunet_dro.training.registry.PRODUCT_TRAINERS`), so the ``-tr`` lookup
+(which star-imports this package) finds those and no base class. The benchmark's ablation arms and
+CPU-budget twins live in the lab (:mod:`nnunet_dro.lab.variants`, :mod:`nnunet_dro.lab.budget`).
 """
-from nnunet_dro.training.registry import TRAINERS
+from nnunet_dro.training.registry import PRODUCT_TRAINERS, TRAINERS
 from nnunet_dro.training.trainer import DRO_STATE_KEY
 
 globals().update(TRAINERS)
 
-__all__ = ["DRO_STATE_KEY", "TRAINERS", *TRAINERS]
+__all__ = ["DRO_STATE_KEY", "TRAINERS", "PRODUCT_TRAINERS", *PRODUCT_TRAINERS]

@@ -46,29 +46,14 @@ from nnunet_dro.training.nnunet_compat import captured_head_inputs, segmentation
 from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive, nnUNetTrainerPerSampleLoss
 
 
-#: the former GI-LS attributes and the field of ``gils_settings`` that replaces each
-RETIRED_GILS_ATTRIBUTES = {"gils_steps": "steps", "gils_step_size": "step_size", "gils_gamma": "gamma",
-                           "gils_alpha": "alpha", "gils_clean_weight": "clean_weight"}
-
-
 class FeaturePerturbation:
     """The GI-LS step for a per-sample-loss trainer (a mixin: put it before the trainer base).
 
     The hyper-parameters: ``gils_settings``, a :class:`~nnunet_dro.training.feature_ascent.GILSSettings`
-    (validated when it is made). The former ``gils_*`` attributes are refused at construction.
+    (validated when it is made).
     """
 
     gils_settings: GILSSettings = GILSSettings()
-
-    def _check_retired_attributes(self) -> None:
-        super()._check_retired_attributes()
-        for klass in type(self).__mro__:
-            for name, field_name in RETIRED_GILS_ATTRIBUTES.items():
-                if name in vars(klass):
-                    raise RuntimeError(
-                        f"{klass.__name__}.{name} = {vars(klass)[name]!r} is no longer read: the GI-LS settings are "
-                        f"gils_settings. Write gils_settings = replace(nnUNetTrainerDROLS.gils_settings, "
-                        f"{field_name}=...) (from dataclasses import replace) instead.")
 
     def initialize(self):
         if not isinstance(self.gils_settings, GILSSettings):

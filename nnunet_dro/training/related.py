@@ -4,13 +4,13 @@
 | trainer                          | method                                            | paper | sampling             |
 |----------------------------------|---------------------------------------------------|-------|----------------------|
 | nnUNetTrainerDROChi2             | chi-square DRO sampling, uniform warm-up epoch    | 001   | hardness (chi2)      |
-| nnUNetTrainerDROChi2_noWarmup    | same, without the warm-up pass                    | 001   | hardness (chi2)      |
-| nnUNetTrainerDRO_warmup          | KL hardness sampling (beta 100, IS) + warm-up     | 001   | hardness (KL)        |
 | nnUNetTrainerDROReweight         | KL-DRO by multiplicative per-case weights         | 004   | uniform (nnU-Net's)  |
 | nnUNetTrainerL2RW                | learning to reweight (one-step look-ahead)        | 003   | uniform (nnU-Net's)  |
 
 All of them keep nnU-Net's plans, network, augmentation, foreground oversampling, validation and
 inference, and use the per-sample twin of nnU-Net's loss (:mod:`nnunet_dro.training.losses`).
+Their ablations (chi-square without its warm-up pass, ``nnUNetTrainerDRO`` with one) are the lab's
+(:mod:`nnunet_dro.lab.variants`).
 The case weighting is the class attribute ``dro_settings`` (:mod:`nnunet_dro.weighting.settings`),
 so variants are one-line subclasses::
 
@@ -22,7 +22,6 @@ so variants are one-line subclasses::
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import List, Sequence
 
 import numpy as np
@@ -55,17 +54,6 @@ class nnUNetTrainerDROChi2(nnUNetTrainerDRO):
     """
 
     dro_settings = Chi2HardnessSettings(beta=10.0, importance=ImportanceSettings(enabled=False), warmup=True)
-
-
-class nnUNetTrainerDROChi2_noWarmup(nnUNetTrainerDROChi2):
-    """:class:`nnUNetTrainerDROChi2` without the warm-up pass (stale losses start at the initial value)."""
-    dro_settings = replace(nnUNetTrainerDROChi2.dro_settings, warmup=False)
-
-
-class nnUNetTrainerDRO_warmup(nnUNetTrainerDRO):
-    """:class:`nnUNetTrainerDRO` (KL, beta 100, importance sampling) with Fidon et al. 2020's uniform warm-up
-    pass first (importance weights are 1 during it)."""
-    dro_settings = replace(nnUNetTrainerDRO.dro_settings, warmup=True)
 
 
 # ---------------------------------------------- Sow et al., arXiv:2308.00311: KL reweighting

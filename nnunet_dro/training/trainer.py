@@ -88,51 +88,6 @@ HISTORY_KEYS = ("epoch", "entropy", "max_entropy", "perplexity_fraction", "effec
 #: Case-weighting schemes (``dro_settings.scheme``).
 SCHEMES = tuple(c.scheme for c in SETTINGS_CLASSES)
 
-#: The class attributes that configured the case weighting before ``dro_settings``, and the field of
-#: ``dro_settings`` that replaces each (a subclass still setting one is refused, never ignored).
-RETIRED_ATTRIBUTES: Dict[str, str] = {
-    "dro_scheme": ", ".join(c.__name__ for c in SETTINGS_CLASSES),
-    "dro_beta": "beta", "dro_fraction": "fraction", "dro_beta_max": "beta_max", "dro_beta_rule": "rule",
-    "dro_kappa": "kappa", "dro_max_weight": "max_weight", "dro_uniform_until": "uniform_until",
-    "dro_uniform_until_learned": "uniform_until_learned", "dro_trim_fraction": "trim_fraction",
-    "dro_guard": "guard", "dro_guard_recover": "guard_recover", "dro_guard_escalate": "guard_escalate",
-    "dro_warmup": "warmup", "dro_importance_sampling": "importance=ImportanceSettings(enabled=...)",
-    "dro_clip": "importance=ImportanceSettings(clip=...)",
-    "dro_is_first_draw_one": "importance=ImportanceSettings(first_draw_one=...)",
-    "dro_is_self_normalise": "importance=ImportanceSettings(self_normalise=...)",
-    "dro_loss_smoothing": "loss_smoothing", "dro_init_loss": "init_loss", "dro_seed": "seed",
-    "dro_group_column": "column", "dro_group_eta": "eta", "reweight_schedule": "schedule",
-    "reweight_momentum": "momentum", "reweight_clip": "clip",
-}
-
-
-def check_settings_attributes(cls: type) -> None:
-    """Refuse a trainer class (or any of its bases) that sets a retired weighting attribute: it
-    would be silently ignored, and the run trained as something it did not ask for.
-
-    >>> class Old(nnUNetTrainerDROAdaptive):
-    ...     dro_fraction = 0.6
-    >>> check_settings_attributes(Old)
-    Traceback (most recent call last):
-    ...
-    RuntimeError: Old.dro_fraction = 0.6 is no longer read: the case weighting is dro_settings. Write dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, fraction=...) (from dataclasses import replace) instead.
-    """
-    for klass in cls.__mro__:
-        for name, field_name in RETIRED_ATTRIBUTES.items():
-            if name in vars(klass):
-                base = next((b for b in cls.__mro__[1:] if "dro_settings" in vars(b)), None)
-                base_name = base.__name__ if base is not None else "nnUNetTrainerCaseWeighting"
-                if field_name.isidentifier():
-                    how = f"dro_settings = replace({base_name}.dro_settings, {field_name}=...)"
-                elif field_name.startswith("importance="):
-                    how = f"dro_settings = replace({base_name}.dro_settings, {field_name})"
-                else:  # dro_scheme: the scheme is the settings' type
-                    how = f"dro_settings = <one of {field_name}>(...) (the scheme is its type)"
-                raise RuntimeError(f"{klass.__name__}.{name} = {vars(klass)[name]!r} is no longer read: the case "
-                                   f"weighting is dro_settings. Write {how} (from dataclasses import replace) "
-                                   f"instead.")
-
-
 def rng_states(state: Any, prefix: str = "") -> Dict[str, Any]:
     """Every random-stream state in a case weighting's ``state_dict()`` (the key ``'rng_state'`` at any
     depth), by its path (``"sampler/rng_state"``).
@@ -198,15 +153,6 @@ class nnUNetTrainerPerSampleLoss(nnUNetTrainerConfigurableSGD):
     """Base of the trainers that weight cases: ``self.per_sample_loss`` is the per-sample twin of
     nnU-Net's loss (shape ``(b,)``; nnU-Net's own ``self.loss`` is kept for validation), and
     :meth:`_optimizer_step` is nnU-Net's backward/step (GradScaler on CUDA, gradient clipping at 12)."""
-
-    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
-                 device: torch.device = torch.device('cuda')):
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        self._check_retired_attributes()
-
-    def _check_retired_attributes(self) -> None:
-        """Refuse, at construction, class attributes that an earlier version read and this one
-        would silently ignore (each trainer family adds its own)."""
 
     def _build_loss(self):
         loss = super()._build_loss()  # nnU-Net's loss: kept for validation and as the template
@@ -309,8 +255,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
 
         dro_settings = replace(nnUNetTrainerDROAdaptive.dro_settings, fraction=0.25)
 
-    The former ``dro_*`` / ``reweight_*`` weighting attributes are refused at construction
-    (:data:`RETIRED_ATTRIBUTES`). Reporting attributes stay plain attributes:
+    Reporting attributes stay plain attributes:
     ``dro_num_hardest_logged``, ``dro_write_report_every_epoch``, ``dro_progress_time_fraction``.
     """
 
@@ -336,10 +281,6 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             self._dro_progress_pacer = RedrawPacer(self.dro_progress_time_fraction)
         except ValueError as e:
             raise RuntimeError(f"{type(self).__name__}.dro_progress_time_fraction: {e}") from None
-
-    def _check_retired_attributes(self) -> None:
-        super()._check_retired_attributes()
-        check_settings_attributes(type(self))
 
     # ------------------------------------------------------------------ set-up
     @property

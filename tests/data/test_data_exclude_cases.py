@@ -117,10 +117,9 @@ def test_cli_after_an_audit_and_nnunets_integrity_check_accepts_the_result(tmp_p
     assert result.returncode == 0, result.stderr
     assert rows[0]["case"] in set(pd.read_csv(audit, sep="\t").query("flag == 'missing'")["case"])
     before = listing(source)
-    result = run_converter("exclude-cases", "-i", source, "-table", audit, "--flags", "missing", "-d", "202",
-                           "-n", "FetalAudited", raw=raw)  # the old spelling: -d for the dataset written
+    result = run_converter("exclude-cases", "-i", source, "-table", audit, "--flags", "missing", "--id", "202",
+                           "-n", "FetalAudited", raw=raw)
     assert result.returncode == 0, result.stderr
-    assert "note: -d for the dataset written is deprecated; use --id" in result.stderr
     target = raw / "Dataset202_FetalAudited"
     assert rows[0]["case"] in result.stdout and str(target) in result.stdout
     assert listing(source) == before
@@ -169,12 +168,14 @@ def test_cli_bad_input_is_a_one_line_error_and_writes_nothing(small_raw, args, m
     (["-d", "209", "--cases", "fetal_000", "--id", "203"], "-d 209: no dataset of that ID or name in nnUNet_raw="),
     (["-d", "201", "--cases", "fetal_000"], "give the ID of the dataset to write: --id ID"),
     (["--cases", "fetal_000", "--id", "203"], "give the input dataset: -d ID_OR_NAME"),
+    (["-i", "{raw}/Dataset201_Fetal", "-d", "202", "--cases", "fetal_000"],  # -d is never the dataset written
+     "both name the input dataset; give one of them (the dataset written is --id)"),
 ])
 def test_cli_input_dataset_by_id_or_name(small_raw, args, message):
     """-d is the input dataset (ID or name) as in nnU-Net; --id the dataset written."""
     raw = small_raw
     before = listing(raw)
-    result = run_converter("exclude-cases", *args, raw=raw)
+    result = run_converter("exclude-cases", *[a.format(raw=raw) for a in args], raw=raw)
     assert result.returncode == 2 and message in result.stderr and result.stderr.strip().count("\n") == 0
     assert listing(raw) == before
     for dataset, target in (("201", 203), ("Dataset201_Fetal", 204)):

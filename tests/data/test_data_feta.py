@@ -199,14 +199,10 @@ def test_feta_gestational_age_rejects(value):
 def test_feta_cli_success_and_error_exit_codes(tmp_path):
     root = make_feta_tree(tmp_path / "feta")
     env = {"PATH": "/usr/bin:/bin", "nnUNet_raw": str(tmp_path / "raw")}
-    ok = subprocess.run([sys.executable, "-m", "nnunet_dro", "convert-feta", str(root), "-d",
+    ok = subprocess.run([sys.executable, "-m", "nnunet_dro", "convert-feta", str(root), "--id",
                          "206", "--test-fraction", "0.5", "--seed", "3"],
                         capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stderr
-    # the old spelling of --id works for one release, with one line on stderr
-    assert [line for line in ok.stderr.splitlines() if "deprecated" in line] == [
-        "nnunet_dro convert-feta: note: -d is deprecated here for the dataset written (-d names the input dataset); "
-        "use --id (the old spelling goes in the next release)"]
     table = pd.read_csv(tmp_path / "raw" / "Dataset206_FeTA" / "subgroups.tsv", sep="\t")
     # Stratified: one control and one "other" case held out.
     assert sorted(table[table.split == "test"].condition) == ["control", "other"]

@@ -151,6 +151,7 @@ def test_cli_audits_within_the_groups_of_a_subgroup_table(tmp_path):
         assert result.returncode == 2 and message in result.stderr and result.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.lab  # a benchmark script's run (make test-lab)
 def test_benchmark_script_finds_every_erased_structure_of_a_noisy_benchmark_cohort():
     """scripts/benchmark_label_audit.py on one seed: the benchmark's cohort, its label noise, the audit."""
     import subprocess

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import nnunet_dro.training as training
 from nnunet_dro.lab import budget
 from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
-from nnunet_dro.lab.pipeline import ARM_PLANS, ARM_TRAINERS, LEGACY_ARMS, PLANS, arm_run
+from nnunet_dro.lab.pipeline import ARM_PLANS, ARM_TRAINERS, PLANS, arm_run
 
 
 def test_every_trainer_has_its_budget_twin_and_arm():
@@ -57,9 +58,25 @@ def test_a_repeat_is_a_results_folder_not_a_class():
     assert len(set(ARM_PLANS.values()) | {PLANS}) == 3
 
 
-@pytest.mark.parametrize("arm", sorted(LEGACY_ARMS))
+RECORD = Path(__file__).resolve().parents[2] / "data_docs" / "benchmark_record"
+#: every arm the stored record holds runs of (scripts/migrate_record_arms.py renamed the old ones)
+RECORD_ARMS = sorted({p.name for p in RECORD.glob("*/runs/seed_*/arms/*") if p.is_dir()})
+
+
+@pytest.mark.parametrize("arm", RECORD_ARMS)
 def test_the_records_arm_names_stay_arms(arm):
+    """The record reads with today's arm names alone: no alias, no fallback."""
     assert ARM_TRAINERS[arm] in budget.BUDGET_TRAINERS
+
+
+def test_the_record_keeps_no_arm_of_the_unreleased_version():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("migrate", RECORD.parents[1] / "scripts" / "migrate_record_arms.py")
+    migrate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migrate)
+    assert len(RECORD_ARMS) >= 10 and not set(RECORD_ARMS) & set(migrate.RENAMES)
+    assert set(migrate.RENAMES.values()) <= set(ARM_TRAINERS)
 
 
 def test_the_budget_draws_progress_png_every_tenth_epoch_and_the_last():

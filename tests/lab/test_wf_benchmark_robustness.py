@@ -59,8 +59,8 @@ def test_parse_seeds_rejects(bench, text):
 
 @pytest.mark.parametrize("text, expected", [
     ("ERM", ["ERM"]),
-    ("Adaptive_f50,ERM", ["ERM", "Adaptive_f50"]),
-    ("ERM, DRO_beta100 ,Adaptive_f25", ["ERM", "DRO_beta100", "Adaptive_f25"]),
+    ("DROAdaptive_f50,ERM", ["ERM", "DROAdaptive_f50"]),
+    ("ERM, DRO ,DROAdaptive_f25", ["ERM", "DRO", "DROAdaptive_f25"]),
 ])
 def test_parse_arms(bench, text, expected):
     assert bench.parse_arms(text) == expected
@@ -85,7 +85,7 @@ def _per_case(shift_minority_low: float, seeds=(0, 1, 2)) -> pd.DataFrame:
                 dro = value + (shift_minority_low if group == "spina_bifida" and k < 3 else 0.0)
                 rows.append(dict(seed=seed, method="ERM", case=case, region="cerebellum", metric="dice",
                                  value=value, condition=group))
-                rows.append(dict(seed=seed, method="Adaptive_f50", case=case, region="cerebellum", metric="dice",
+                rows.append(dict(seed=seed, method="DROAdaptive_f50", case=case, region="cerebellum", metric="dice",
                                  value=dro, condition=group))
     return pd.DataFrame(rows)
 
@@ -112,7 +112,7 @@ def test_statistics_match_numpy_per_seed_and_average_over_seeds(bench):
 def _runs(collapsed_arm=(0, 0, 0), collapsed_erm=(0, 1, 0)) -> pd.DataFrame:
     rows = []
     for seed in range(3):
-        for arm, collapsed in (("ERM", collapsed_erm), ("Adaptive_f50", collapsed_arm)):
+        for arm, collapsed in (("ERM", collapsed_erm), ("DROAdaptive_f50", collapsed_arm)):
             rows.append(dict(arm=arm, seed=seed, epochs=40, collapsed_epochs=collapsed[seed], train_seconds=300.0,
                              lost_epochs=0, control_mean_dice={"cerebellum": 90.0}))
     return pd.DataFrame(rows)
@@ -122,29 +122,29 @@ def test_paired_comparison_finds_raised_minority_tail_and_unchanged_controls(ben
     per_case = _per_case(12.0)
     by_seed = bench.summary_by_seed(per_case)
     paired = bench.paired_comparison(per_case, by_seed).set_index("group")
-    assert set(paired["method"]) == {"Adaptive_f50"}
+    assert set(paired["method"]) == {"DROAdaptive_f50"}
     minority, control = paired.loc["spina_bifida"], paired.loc["control"]
     assert minority["d_p10"] > 0 and minority["d_p10_seeds_up"] == 3 and minority["d_p10_signs"] == "+++"
     assert minority["d_p5"] > 0 and minority["d_p5_seeds_up"] == 3
     iqr = {m: [np.subtract(*np.percentile(f["value"], [75, 25])) for _, f in
                per_case.query("condition == 'spina_bifida' and method == @m").groupby("seed")]
-           for m in ("Adaptive_f50", "ERM")}
-    assert minority["d_iqr"] == pytest.approx(np.mean(np.subtract(iqr["Adaptive_f50"], iqr["ERM"])))
+           for m in ("DROAdaptive_f50", "ERM")}
+    assert minority["d_iqr"] == pytest.approx(np.mean(np.subtract(iqr["DROAdaptive_f50"], iqr["ERM"])))
     assert minority["pooled_n"] == 30
     assert minority["pooled_mean"] == pytest.approx(12.0 * 9 / 30)
     assert minority["pooled_share_improved"] == pytest.approx(0.3)
     assert control["d_mean"] == 0 and control["d_p10_seeds_up"] == 0 and control["d_mean_signs"] == "000"
     assert control["pooled_wilcoxon_p"] == 1.0  # all differences zero
 
-    summary = bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_f50"])
+    summary = bench.summary_over_seeds(by_seed, ["ERM", "DROAdaptive_f50"])
     hardest = bench.hardest_regions(summary)
     assert hardest == {"spina_bifida": "cerebellum"}
     lines = bench.targets_check(by_seed, paired.reset_index(), _runs(), hardest)
     # raised in every seed, but by less than the 5-point target
-    assert any(line.startswith("Adaptive_f50: spina_bifida p10 on its hardest structure (cerebellum) +4.5 vs ERM")
+    assert any(line.startswith("DROAdaptive_f50: spina_bifida p10 on its hardest structure (cerebellum) +4.5 vs ERM")
                and "[+++] -> not met" in line for line in lines)
     big = _per_case(0.0)
-    big.loc[(big["method"] == "Adaptive_f50") & (big["condition"] == "spina_bifida"), "value"] += 10.0
+    big.loc[(big["method"] == "DROAdaptive_f50") & (big["condition"] == "spina_bifida"), "value"] += 10.0
     big_by_seed = bench.summary_by_seed(big)
     big_lines = bench.targets_check(big_by_seed, bench.paired_comparison(big, big_by_seed), _runs(), hardest)
     assert any("spina_bifida p10 on its hardest structure (cerebellum) +" in line and "[+++] -> MET" in line
@@ -170,28 +170,28 @@ def test_a_lowered_tail_fails_the_target(bench):
 def test_reports_and_tradeoff_plot_render(bench, tmp_path):
     per_case = _per_case(3.0)
     by_seed = bench.summary_by_seed(per_case)
-    summary = bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_f50"])
+    summary = bench.summary_over_seeds(by_seed, ["ERM", "DROAdaptive_f50"])
     paired = bench.paired_comparison(per_case, by_seed)
     hardest = bench.hardest_regions(summary)
     targets = bench.targets_check(by_seed, paired, _runs(), hardest)
-    settings = {"seeds": [0, 1, 2], "arms": ["ERM", "Adaptive_f50"], "cohort": {"n_train": 40, "n_test": 30, "size": 32},
+    settings = {"seeds": [0, 1, 2], "arms": ["ERM", "DROAdaptive_f50"], "cohort": {"n_train": 40, "n_test": 30, "size": 32},
                 "budget": "CPU budget defaults", "device": "cpu", "seconds": 1.0, "runs": "x"}
     text = bench.markdown_report(summary, paired, _runs(), settings, hardest, targets)
-    assert "| spina_bifida | cerebellum | Adaptive_f50 |" in text and "Δp10" in text and "## Targets" in text
-    assert "## Headline" in text and "| Adaptive_f50 | 3 |" in text
+    assert "| spina_bifida | cerebellum | DROAdaptive_f50 |" in text and "Δp10" in text and "## Targets" in text
+    assert "## Headline" in text and "| DROAdaptive_f50 | 3 |" in text
     assert "spina_bifida" in bench.terminal_report(summary, paired, targets)
-    bench.plot_tradeoff(tmp_path / "tradeoff.png", by_seed, hardest, ["ERM", "Adaptive_f50"])
+    bench.plot_tradeoff(tmp_path / "tradeoff.png", by_seed, hardest, ["ERM", "DROAdaptive_f50"])
     assert (tmp_path / "tradeoff.png").stat().st_size > 10_000
 
 
 def test_terminal_report_keeps_a_long_arm_name_apart_from_the_group(bench):
     per_case = _per_case(3.0)
-    per_case["method"] = per_case["method"].replace("Adaptive_f50", "Adaptive_untilLearned")
+    per_case["method"] = per_case["method"].replace("DROAdaptive_f50", "DROAdaptive_noIS_smooth25")
     by_seed = bench.summary_by_seed(per_case)
-    summary = bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_untilLearned"])
+    summary = bench.summary_over_seeds(by_seed, ["ERM", "DROAdaptive_noIS_smooth25"])
     paired = bench.paired_comparison(per_case, by_seed)
     text = bench.terminal_report(summary, paired, [])
-    assert "Adaptive_untilLearned spina_bifida" in text and "Adaptive_untilLearnedspina" not in text
+    assert "DROAdaptive_noIS_smooth25 spina_bifida" in text and "Adaptive_untilLearnedspina" not in text
 
 
 def test_headline_shows_erm_in_dice_and_each_arm_as_its_paired_difference(bench):
@@ -200,7 +200,7 @@ def test_headline_shows_erm_in_dice_and_each_arm_as_its_paired_difference(bench)
     minority's tail reads +0.0."""
     per_case = _per_case(12.0)
     by_seed = bench.summary_by_seed(per_case)
-    summary = bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_f50"])
+    summary = bench.summary_over_seeds(by_seed, ["ERM", "DROAdaptive_f50"])
     paired = bench.paired_comparison(per_case, by_seed)
     runs = _runs().assign(draw_share_spina_bifida=0.3, draw_share_other=0.1)
     lines = bench.headline_table(summary, paired, runs, {"spina_bifida": "cerebellum"})
@@ -208,7 +208,7 @@ def test_headline_shows_erm_in_dice_and_each_arm_as_its_paired_difference(bench)
     erm, arm = lines[2].split(" | "), lines[3].split(" | ")
     erm_p10 = summary.set_index(["method", "group"]).loc[("ERM", "spina_bifida")]
     assert erm[:2] == ["| ERM", "3"] and erm[2] == f"{erm_p10['p10']:.1f} ± {erm_p10['p10_sd']:.1f}"
-    assert arm[:2] == ["| Adaptive_f50", "3"] and arm[2].endswith("[+++]") and arm[3].startswith("+0.0")
+    assert arm[:2] == ["| DROAdaptive_f50", "3"] and arm[2].endswith("[+++]") and arm[3].startswith("+0.0")
     assert arm[4:] == ["0, 0, 0", "0.40 |"]
 
 
@@ -228,7 +228,7 @@ def test_out_of_range_settings_are_one_line_errors_naming_the_flag(bench, tmp_pa
 
 
 def test_benchmark_needs_the_erm_arm(bench, tmp_path, capsys):
-    assert bench.main(["--arms", "Adaptive_f50", "-o", str(tmp_path)]) == 2
+    assert bench.main(["--arms", "DROAdaptive_f50", "-o", str(tmp_path)]) == 2
     assert "needs the ERM arm" in capsys.readouterr().err
 
 
@@ -320,13 +320,13 @@ def test_an_arm_missing_a_seed_does_not_shrink_the_seed_count_of_the_others(benc
     """Arms are added in pieces: a third arm run on seeds 0 and 1 only must not make the other arm's
     3-seed comparison count as 2 seeds (and fail its "better in every seed" target)."""
     per_case = _per_case(12.0)
-    partial = per_case[(per_case.method == "Adaptive_f50") & (per_case.seed < 2)].assign(method="GroupDRO")
+    partial = per_case[(per_case.method == "DROAdaptive_f50") & (per_case.seed < 2)].assign(method="GroupDRO")
     per_case = pd.concat([per_case, partial], ignore_index=True)
     by_seed = bench.summary_by_seed(per_case)
     paired = bench.paired_comparison(per_case, by_seed).set_index(["method", "group"])
-    assert paired.loc[("Adaptive_f50", "spina_bifida"), "n_seeds"] == 3
+    assert paired.loc[("DROAdaptive_f50", "spina_bifida"), "n_seeds"] == 3
     assert paired.loc[("GroupDRO", "spina_bifida"), "n_seeds"] == 2
-    row = paired.loc[("Adaptive_f50", "spina_bifida")]
+    row = paired.loc[("DROAdaptive_f50", "spina_bifida")]
     assert row["d_p10_seeds_up"] == row["n_seeds"] == 3  # what the "better in every seed" target compares
 
 
@@ -339,7 +339,7 @@ def test_p10_interval_of_a_constant_shift_is_that_shift(bench, shift, resolved):
     """Pairs are resampled together: a shift of every case moves each resample's p10 by exactly the
     shift, so the interval collapses onto it (resampled apart, it would be several points wide)."""
     per_case = _per_case(0.0)
-    dro = (per_case["method"] == "Adaptive_f50") & (per_case["condition"] == "spina_bifida")
+    dro = (per_case["method"] == "DROAdaptive_f50") & (per_case["condition"] == "spina_bifida")
     per_case.loc[dro, "value"] += shift
     intervals = bench.p10_intervals(per_case, {"spina_bifida": "cerebellum"})
     assert list(intervals["seed"]) == [0, 1, 2] and set(intervals["n"]) == {10}
@@ -351,7 +351,7 @@ def test_p10_interval_of_a_constant_shift_is_that_shift(bench, shift, resolved):
 def test_p10_interval_holds_the_difference_and_widens_with_noise(bench):
     """Noise in the arm's cases (not a shift) leaves a point difference inside a wide interval."""
     per_case = _per_case(0.0)
-    dro = (per_case["method"] == "Adaptive_f50") & (per_case["condition"] == "spina_bifida")
+    dro = (per_case["method"] == "DROAdaptive_f50") & (per_case["condition"] == "spina_bifida")
     per_case.loc[dro, "value"] += np.random.default_rng(7).normal(0.0, 6.0, dro.sum())
     intervals = bench.p10_intervals(per_case, {"spina_bifida": "cerebellum"})
     assert ((intervals["low"] <= intervals["d_p10"]) & (intervals["d_p10"] <= intervals["high"])).all()
@@ -362,11 +362,11 @@ def test_p10_interval_holds_the_difference_and_widens_with_noise(bench):
 
 def test_p10_intervals_skip_seeds_and_groups_an_arm_lacks(bench):
     per_case = _per_case(4.0)
-    per_case = per_case[~((per_case["method"] == "Adaptive_f50") & (per_case["seed"] == 1))]
+    per_case = per_case[~((per_case["method"] == "DROAdaptive_f50") & (per_case["seed"] == 1))]
     intervals = bench.p10_intervals(per_case, {"spina_bifida": "cerebellum", "other": "intra_axial_csf"})
     assert list(intervals["seed"]) == [0, 2] and set(intervals["group"]) == {"spina_bifida"}
     lines = bench.p10_interval_section(intervals)
-    assert lines[0].startswith("## Is a seed's p10 difference") and len([x for x in lines if x.startswith("| Adaptive")]) == 2
+    assert lines[0].startswith("## Is a seed's p10 difference") and len([x for x in lines if x.startswith("| DROAdaptive")]) == 2
     assert bench.p10_interval_section(bench.p10_intervals(per_case[per_case["method"] == "ERM"], {"spina_bifida": "cerebellum"})) == []
 
 
@@ -401,22 +401,22 @@ def test_learning_time_section_repeats_the_headline_per_set_of_seeds(bench):
     """Seeds 0-1 early, seed 2 late; the arm lifts the minority tail by 12 on seeds 0-1 only, so
     the two tables show [++] and a zero [0]."""
     per_case = _per_case(12.0)
-    late_dro = (per_case.seed == 2) & (per_case.method == "Adaptive_f50")
+    late_dro = (per_case.seed == 2) & (per_case.method == "DROAdaptive_f50")
     late_erm = (per_case.seed == 2) & (per_case.method == "ERM")
     per_case.loc[late_dro, "value"] = per_case.loc[late_erm, "value"].to_numpy()
     runs = _runs().assign(all_learned_epoch=[10, 10, 15, 15, 30, 30])
-    lines = bench.learning_time_section(per_case, runs, {"spina_bifida": "cerebellum"}, ["ERM", "Adaptive_f50"])
+    lines = bench.learning_time_section(per_case, runs, {"spina_bifida": "cerebellum"}, ["ERM", "DROAdaptive_f50"])
     text = "\n".join(lines)
     assert "### ERM learned every structure within the first half: seeds 0, 1" in text
     assert "### ERM learned every structure later or never: seeds 2" in text
-    rows = [line for line in lines if line.startswith("| Adaptive_f50 |")]
+    rows = [line for line in lines if line.startswith("| DROAdaptive_f50 |")]
     assert len(rows) == 2 and rows[0].split(" | ")[1] == "2" and "[++]" in rows[0]
     assert rows[1].split(" | ")[1] == "1" and rows[1].split(" | ")[2].startswith("+0.0")
     assert bench.learning_time_section(per_case, _runs(), {"spina_bifida": "cerebellum"}, ["ERM"]) == []
-    settings = {"seeds": [0, 1, 2], "arms": ["ERM", "Adaptive_f50"], "cohort": {"n_train": 40, "n_test": 30, "size": 32},
+    settings = {"seeds": [0, 1, 2], "arms": ["ERM", "DROAdaptive_f50"], "cohort": {"n_train": 40, "n_test": 30, "size": 32},
                 "budget": "CPU budget defaults", "device": "cpu", "seconds": 1.0, "runs": "x"}
     by_seed = bench.summary_by_seed(per_case)
-    report = bench.markdown_report(bench.summary_over_seeds(by_seed, ["ERM", "Adaptive_f50"]),
+    report = bench.markdown_report(bench.summary_over_seeds(by_seed, ["ERM", "DROAdaptive_f50"]),
                                    bench.paired_comparison(per_case, by_seed), runs, settings,
                                    {"spina_bifida": "cerebellum"}, [], lines)
     assert report.index("## By how early ERM") < report.index("## Runs: convergence")
@@ -494,7 +494,7 @@ def test_export_record_keeps_what_the_tables_are_made_from(bench, tmp_path):
     """--export-record copies kilobytes per run; --report-only on the record re-makes the same tables
     (the per-group statistics, the paired differences, the DRO arm's share of draws)."""
     runs, record = tmp_path / "results", tmp_path / "record"
-    arms = {"ERM": ("nnUNetTrainer_CPUBudget", 0.0), "Adaptive_f50_noIS_cap5": ("DROTrainer", 6.0)}
+    arms = {"ERM": ("nnUNetTrainer_CPUBudget", 0.0), "DROAdaptive_fromStart": ("DROTrainer", 6.0)}
     for seed in (3, 4):
         _stored_seed(runs, seed, arms)
     common = ["--seeds", "3,4", "--arms", ",".join(arms), "--report-only"]
@@ -506,14 +506,14 @@ def test_export_record_keeps_what_the_tables_are_made_from(bench, tmp_path):
         f.format(s=s) for s in (3, 4) for f in
         ["runs/seed_{s}/cohort.json", "runs/seed_{s}/nnunet/nnUNet_raw/Dataset991_SyntheticFetalBenchmark/subgroups.tsv",
          "runs/seed_{s}/arms/ERM/result.json", "runs/seed_{s}/arms/ERM/per_case.csv",
-         "runs/seed_{s}/arms/Adaptive_f50_noIS_cap5/result.json",
-         "runs/seed_{s}/arms/Adaptive_f50_noIS_cap5/per_case.csv", hardness])
+         "runs/seed_{s}/arms/DROAdaptive_fromStart/result.json",
+         "runs/seed_{s}/arms/DROAdaptive_fromStart/per_case.csv", hardness])
 
     assert bench.main(common + ["-o", str(record)]) == 0
     for table in ("summary.csv", "paired.csv", "p10_intervals.csv"):
         pd.testing.assert_frame_equal(pd.read_csv(record / table), pd.read_csv(runs / table))
     from_runs, from_record = (pd.read_csv(folder / "runs.csv").set_index(["arm", "seed"]) for folder in (runs, record))
-    dro = ("Adaptive_f50_noIS_cap5", 3)
+    dro = ("DROAdaptive_fromStart", 3)
     assert from_record.loc[dro, "draw_share_spina_bifida"] == pytest.approx(30 / 90)  # 8 controls x 5 + 30 + 20 draws
     assert from_record.loc[dro, "draw_share_spina_bifida"] == from_runs.loc[dro, "draw_share_spina_bifida"]
     # ERM keeps no hardness report and the record no checkpoint: the cohort's share, as in the runs
@@ -560,7 +560,7 @@ def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
     structures are still chosen on the main test set), stored training-case Dice the fit table, and
     the record keeps them all, so --report-only on the record re-makes the same tables."""
     runs, record = tmp_path / "results", tmp_path / "record"
-    arms = {"ERM": ("nnUNetTrainer_CPUBudget", 0.0), "Adaptive_f50_noIS_cap5": ("DROTrainer", 3.0)}
+    arms = {"ERM": ("nnUNetTrainer_CPUBudget", 0.0), "DROAdaptive_fromStart": ("DROTrainer", 3.0)}
     for seed in (3, 4):
         _stored_seed(runs, seed, arms, large_test=True)
     common = ["--seeds", "3,4", "--arms", ",".join(arms), "--report-only"]
@@ -570,7 +570,7 @@ def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
     assert "control 40, spina_bifida 40, other 40 cases" in large
     assert "### Is a seed's p10 difference" in large
     # the Dice targets judged again on the larger test set: +3 in every seed is under the +5 asked for
-    assert ("- Adaptive_f50_noIS_cap5: spina_bifida p10 on its hardest structure (cerebellum) +3.0 vs ERM [++] "
+    assert ("- DROAdaptive_fromStart: spina_bifida p10 on its hardest structure (cerebellum) +3.0 vs ERM [++] "
             "-> not met") in large
     assert "### Dice targets on the larger test set" in large and "collapsed epochs" not in large.split("## Fit")[0]
     intervals = pd.read_csv(runs / "p10_intervals_large_test.csv")
@@ -579,7 +579,7 @@ def test_further_scorings_are_reported_and_kept_in_the_record(bench, tmp_path):
     fit = pd.read_csv(runs / "training_fit.csv").set_index(["method", "seed", "group"])
     assert "## Fit on the training cases" in text and len(fit) == 2 * 2 * 2  # arms x seeds x minorities
     assert fit.loc[("ERM", 3, "spina_bifida"), "training_mean"] == pytest.approx(70.0)
-    assert fit.loc[("Adaptive_f50_noIS_cap5", 3, "spina_bifida"), "training_mean"] == pytest.approx(73.0)
+    assert fit.loc[("DROAdaptive_fromStart", 3, "spina_bifida"), "training_mean"] == pytest.approx(73.0)
     assert (record / "runs/seed_3/large_test.json").is_file()
     assert (record / "runs/seed_4/arms/ERM/per_case_large_test.csv").is_file()
     assert (record / "runs/seed_4/arms/ERM/per_case_training.csv").is_file()

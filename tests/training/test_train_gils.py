@@ -238,9 +238,11 @@ def test_trainers_attributes_defaults_and_variants():
     base = training.nnUNetTrainerDROLS
     g = base.gils_settings
     assert (g.steps, g.step_size, g.gamma, g.alpha, g.clean_weight, g.ascent_dice) == (6, 1.5, 1e-3, 0.1, 0.5, True)
-    assert training.nnUNetTrainerDROLS_T1.gils_settings.steps == 1
-    assert training.nnUNetTrainerDROLS_ceAscent.gils_settings == replace(g, ascent_dice=False)
-    for variant in (training.nnUNetTrainerDROLS_T1, training.nnUNetTrainerDROLS_ceAscent):
+    from nnunet_dro.lab import variants
+
+    assert variants.nnUNetTrainerDROLS_T1.gils_settings.steps == 1
+    assert variants.nnUNetTrainerDROLS_ceAscent.gils_settings == replace(g, ascent_dice=False)
+    for variant in (variants.nnUNetTrainerDROLS_T1, variants.nnUNetTrainerDROLS_ceAscent):
         _check_keeps_nnunet_signature_and_sets_only_attributes(variant, "nnUNetTrainerDROLS")
     with pytest.raises(ValueError, match="ascent_dice"):
         replace(g, ascent_dice=1)
@@ -250,7 +252,8 @@ def test_trainers_attributes_defaults_and_variants():
     from nnunet_dro.lab.budget import BUDGET_TRAINERS
 
     for name in ("nnUNetTrainerDROLS", "nnUNetTrainerDROLS_T1", "nnUNetTrainerDROLS_ceAscent", "nnUNetTrainerDROLS_DRO"):
-        assert name in training.__all__ and name + "_CPUBudget" not in training.__all__
+        # the product offers GI-LS on the default's sampling; GI-LS on uniform draws and its ablations are the lab's
+        assert (name in training.__all__) == (name == "nnUNetTrainerDROLS_DRO") and name + "_CPUBudget" not in training.__all__
         assert name + "_CPUBudget" in BUDGET_TRAINERS  # the lab's twin, found through its own folder
 
 
@@ -260,7 +263,8 @@ from dataclasses import replace
 
 import torch
 
-from nnunet_dro.training import nnUNetTrainerDROLS_T1, nnUNetTrainerDROLS_DRO
+from nnunet_dro.lab.variants import nnUNetTrainerDROLS_T1
+from nnunet_dro.training import nnUNetTrainerDROLS_DRO
 from nnunet_dro.training.short_run import ShortRun
 
 

@@ -43,8 +43,8 @@ class nnUNetTrainerL2RW_e2eTest(TestSize, nnUNetTrainerL2RW):
     pass
 '''
 
-NEW_TRAINERS = ["nnUNetTrainerDROChi2", "nnUNetTrainerDROChi2_noWarmup", "nnUNetTrainerDRO_warmup",
-                "nnUNetTrainerDROReweight", "nnUNetTrainerL2RW"]
+# the related methods a user trains (their warm-up ablations are the lab's variants)
+NEW_TRAINERS = ["nnUNetTrainerDROChi2", "nnUNetTrainerDROReweight", "nnUNetTrainerL2RW"]
 
 
 # ---------------------------------------------------------------------- cheap checks
@@ -55,7 +55,9 @@ NEW_TRAINERS = ["nnUNetTrainerDROChi2", "nnUNetTrainerDROChi2_noWarmup", "nnUNet
     ("nnUNetTrainerDRO", "kl", 100.0, True, False),
 ])
 def test_sampling_variants_only_set_attributes(name, divergence, beta, importance_sampling, warmup):
-    cls = getattr(training, name)
+    from nnunet_dro.lab.variants import LAB_VARIANTS
+
+    cls = {**training.TRAINERS, **LAB_VARIANTS}[name]
     assert issubclass(cls, training.nnUNetTrainerDRO)
     settings = cls.dro_settings
     assert (settings.scheme, settings.beta, settings.importance.enabled, settings.warmup) == \

@@ -46,7 +46,7 @@ def _construct(ds, monkeypatch, cls):
 
 
 @pytest.mark.parametrize("name", ["nnUNetTrainerDRO", "nnUNetTrainerDROAdaptive", "nnUNetTrainerL2RW",
-                                  "nnUNetTrainer_SGDnoMomentum"])
+                                  "nnUNetTrainerDROAdaptive_errorSet"])
 def test_a_shipped_trainer_refuses_the_variable_it_does_not_read(label_dataset, monkeypatch, name):
     """A shipped trainer trains its class's budget (as nnU-Net's own, whose short runs are classes):
     with the variable set it stops in one line instead of starting a full run without a word."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -17,8 +16,8 @@ from batchgenerators.utilities.file_and_folder_operations import load_json
 
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
-from nnunet_dro.training import (DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDRO_noIS, nnUNetTrainerDROAdaptive,
-                                 nnUNetTrainerDROAdaptive_fromStart, nnUNetTrainerDROChi2)
+from nnunet_dro.lab.variants import nnUNetTrainerDRO_noIS, nnUNetTrainerDROAdaptive_fromStart
+from nnunet_dro.training import DRO_STATE_KEY, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive, nnUNetTrainerDROChi2
 from nnunet_dro.training.nnunet_compat import compatibility_problems
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
@@ -229,39 +228,6 @@ def test_until_learned_trainer_is_uniform_until_every_structure_is_learned_and_r
         np.testing.assert_allclose(resumed.case_weighting.probabilities(), expected, rtol=1e-9)
     finally:
         resumed._close_case_weighting()
-
-
-class _FixedBetaWithWarmFraction(nnUNetTrainerDRO):
-    dro_uniform_until = 0.5
-
-
-class _AdaptiveOldFraction(nnUNetTrainerDROAdaptive):
-    dro_fraction = 0.6
-
-
-class _OldScheme(nnUNetTrainerDRO):
-    dro_scheme = "chi2"
-
-
-class _OldImportance(nnUNetTrainerDRO):
-    dro_importance_sampling = False
-
-
-@pytest.mark.parametrize("cls, attribute, replacement", [
-    (_FixedBetaWithWarmFraction, "dro_uniform_until", "replace(nnUNetTrainerDRO.dro_settings, uniform_until=...)"),
-    (_AdaptiveOldFraction, "dro_fraction", "replace(nnUNetTrainerDROAdaptive.dro_settings, fraction=...)"),
-    (_OldScheme, "dro_scheme", "<one of HardnessSettings, AdaptiveHardnessSettings"),
-    (_OldImportance, "dro_importance_sampling",
-     "replace(nnUNetTrainerDRO.dro_settings, importance=ImportanceSettings(enabled=...))"),
-])
-def test_a_retired_weighting_attribute_stops_the_construction(label_dataset, monkeypatch, cls, attribute,
-                                                              replacement):
-    """A subclass still setting a former ``dro_*`` weighting attribute is refused at construction (one
-    line naming the class, the attribute and what replaces it), never trained as if it were unset."""
-    with pytest.raises(RuntimeError, match=rf"^{cls.__name__}\.{attribute} = .* is no longer read: the case "
-                                           rf"weighting is dro_settings\. Write dro_settings = "
-                                           rf"{re.escape(replacement)}[^\n]*$"):
-        make_trainer(label_dataset, monkeypatch, n_proc_da=0, cls=cls)
 
 
 def test_an_erm_phase_cannot_be_written_on_a_non_adaptive_scheme():

@@ -26,8 +26,8 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from nnunet_dro.training import (nnUNetTrainerCaseWeights, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive,
-                                 nnUNetTrainerDROAdaptive_fromStart, nnUNetTrainerGroupDRO)
+from nnunet_dro.lab.variants import nnUNetTrainerDROAdaptive_fromStart
+from nnunet_dro.training import nnUNetTrainerCaseWeights, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive, nnUNetTrainerGroupDRO
 from nnunet_dro.training.short_run import ShortRun
 
 

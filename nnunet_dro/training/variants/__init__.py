@@ -1,5 +1,8 @@
-"""Trainer variants named the nnU-Net way (hyper-parameters in the class name), one class in one
-file, attributes only. Adding one means adding one file here: this package finds every module in
+"""The product's trainer variants, named the nnU-Net way (hyper-parameters in the class name), one
+class in one file, attributes only: a variant is its base's name plus one token per setting it
+changes (tests/training/test_train_trainer_dir.py checks the tokens against ``dro_settings``). The
+benchmark's ablation arms are the lab's, one file each in :mod:`nnunet_dro.lab.variants`, found the
+same way (:func:`discover`). Adding one means adding one file here: this package finds every module in
 its folder (as nnU-Net finds its own variants by scanning a folder), and from the class it holds
 come the exported name of :mod:`nnunet_dro.training`, the ``-tr`` lookup through ``nnunet_dro
 trainer-dir``, the ``<name>_CPUBudget`` twin and the benchmark arm (the name without
@@ -27,12 +30,13 @@ import pkgutil
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
 
-def _discover() -> dict[str, type]:
-    """Import every module of this folder; each must define exactly the trainer class it is named
-    after (a misnamed file is an error at import, not a trainer that ``-tr`` silently lacks)."""
+def discover(package: str, path) -> dict[str, type]:
+    """Import every module of the folder ``path`` of ``package``; each must define exactly the
+    trainer class it is named after (a misnamed file is an error at import, not a trainer that
+    ``-tr`` silently lacks)."""
     found = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(path), key=lambda i: i.name):
+        module = importlib.import_module(f"{package}.{info.name}")
         cls = getattr(module, info.name, None)
         if not (isinstance(cls, type) and issubclass(cls, nnUNetTrainer)):
             raise ImportError(f"{module.__file__}: a variant file must define the nnU-Net trainer class "
@@ -42,6 +46,6 @@ def _discover() -> dict[str, type]:
 
 
 #: every variant by name, in name order
-VARIANTS: dict[str, type] = _discover()
+VARIANTS: dict[str, type] = discover(__name__, __path__)
 globals().update(VARIANTS)
 __all__ = ["VARIANTS", *VARIANTS]

@@ -1,0 +1,8 @@
+"""One lab trainer variant, attributes only: found by the discovery of ``nnunet_dro.lab.variants``."""
+from dataclasses import replace
+
+from nnunet_dro.training.trainer import nnUNetTrainerDRO
+
+
+class nnUNetTrainerDRO_beta1000(nnUNetTrainerDRO):
+    dro_settings = replace(nnUNetTrainerDRO.dro_settings, beta=1000.0)

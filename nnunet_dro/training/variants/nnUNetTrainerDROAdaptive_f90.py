@@ -1,9 +1,0 @@
-"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
-from dataclasses import replace
-
-from nnunet_dro.training.variants.nnUNetTrainerDROAdaptive_fromStart import nnUNetTrainerDROAdaptive_fromStart
-
-
-class nnUNetTrainerDROAdaptive_f90(nnUNetTrainerDROAdaptive_fromStart):
-    dro_settings = replace(nnUNetTrainerDROAdaptive_fromStart.dro_settings, fraction=0.9, max_weight=None,
-                           importance=replace(nnUNetTrainerDROAdaptive_fromStart.dro_settings.importance, enabled=True))

@@ -1,8 +1,0 @@
-"""One trainer variant, attributes only: found by the discovery of ``nnunet_dro.training.variants``."""
-from dataclasses import replace
-
-from nnunet_dro.training.gils import nnUNetTrainerDROLS
-
-
-class nnUNetTrainerDROLS_T1(nnUNetTrainerDROLS):
-    gils_settings = replace(nnUNetTrainerDROLS.gils_settings, steps=1)

@@ -60,18 +60,20 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.evaluation.api import default_num_processes
-    from nnunet_dro.workflows.ensemble import parse_combinations, parse_members, run_ensemble
+    from nnunet_dro.workflows.ensemble import (EnsemblePlan, PredictionSettings, parse_combinations, parse_members,
+                                               run_ensemble)
     from nnunet_dro.workflows.nnunet_commands import nnunet_environment
 
     members = parse_members(args.trainers)
     combine = parse_combinations(args.combine, members)
     evaluation = evaluation_options(args) if args.ref else None
-    folders, result = run_ensemble(
-        nnunet_environment(), args.dataset_id, args.images, args.output, members,
-        configuration=args.configuration, plans=args.plans, folds=args.folds, combine=combine,
-        per_fold=args.per_fold, device=args.device, checkpoint=args.checkpoint, npp=args.npp, nps=args.nps,
-        num_processes=args.num_processes or default_num_processes(), reference=args.ref or None,
-        evaluation=evaluation, tta=not args.disable_tta)
+    settings = PredictionSettings(configuration=args.configuration, plans=args.plans, folds=args.folds,
+                                  checkpoint=args.checkpoint, device=args.device, tta=not args.disable_tta,
+                                  npp=args.npp, nps=args.nps)
+    plan = EnsemblePlan(members, settings, combine=combine, per_fold=args.per_fold,
+                        num_processes=args.num_processes or default_num_processes())
+    folders, result = run_ensemble(nnunet_environment(), args.dataset_id, args.images, args.output, plan,
+                                   reference=args.ref or None, evaluation=evaluation)
     for name, folder in folders.items():
         print(f"{name}: {folder}")
     if result is not None:

@@ -51,12 +51,13 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnunet_dro.workflows.export import export_model
+    from nnunet_dro.workflows.export import ExportRequest, export_model
 
-    summary = export_model(args.dataset, args.output, args.trainer, configurations=args.configurations,
-                           plans=args.plans, folds=args.folds, checkpoints=args.checkpoints,
-                           as_trainer=args.as_trainer, drop_state=args.drop_state,
-                           crossval_predictions=args.crossval_predictions)
+    request = ExportRequest(args.dataset, args.output, args.trainer, configurations=args.configurations,
+                            plans=args.plans, folds=args.folds, checkpoints=args.checkpoints,
+                            as_trainer=args.as_trainer, drop_state=args.drop_state,
+                            crossval_predictions=args.crossval_predictions)
+    summary = export_model(request)
     kept = sorted({k for keys in summary["kept"].values() for k in keys})
     print(f"Exported {args.trainer} as {args.as_trainer}: {', '.join(summary['target_folders'])} "
           f"({len(summary['entries'])} files" + (f"; extra checkpoint keys kept: {', '.join(kept)}" if kept else "")

@@ -45,7 +45,7 @@ from nnunet_dro.training.short_run import SHORT_RUN_ENV, short_run_value
 from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, START_EPOCH, THRESHOLD, all_learned_epoch,
                                           collapsed_epochs, learning_time_text, lost_epochs)
 from nnunet_dro.weighting.hardness import UNIFORM_BETA
-from nnunet_dro.workflows.ensemble import predict
+from nnunet_dro.workflows.ensemble import PredictionSettings, predict
 from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
 
 CONFIGURATION = "3d_fullres"
@@ -439,9 +439,10 @@ class Workspace:
         case and region against ``labels`` (``nnunet_dro evaluate`` by condition)."""
         cases = len(list(labels.glob("*.nii.gz")))
         self.echo(f"  {arm}: nnUNetv2_predict of {cases} cases of {images.parent.name}/{images.name} (--disable_tta)")
-        predict(self.env, self.dataset_id, CONFIGURATION, str(images), predictions, trainer, [FOLD],
-                plans=ARM_PLANS.get(arm, PLANS), device=device, npp=1, nps=1, echo=None, log_file=self.log_file,
-                tta=False)
+        settings = PredictionSettings(configuration=CONFIGURATION, plans=ARM_PLANS.get(arm, PLANS), folds=(FOLD,),
+                                      device=device, tta=False, npp=1, nps=1)
+        predict(self.env, self.dataset_id, str(images), predictions, trainer, settings, echo=None,
+                log_file=self.log_file)
         from nnunet_dro.evaluation.api import evaluate
 
         result = evaluate(str(labels), {arm: str(predictions)}, None, groups=str(groups),

@@ -22,7 +22,7 @@ import contextlib
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
@@ -113,20 +113,118 @@ def _finished_folder(target: Path, make: Callable[[Path], None]) -> Path:
     return target
 
 
-def predict(env: Mapping[str, str], dataset_id: int, configuration: str, images: str, target: Path,
-            trainer: str, folds: Sequence[str], plans: str = "nnUNetPlans", device: str = "cuda",
-            save_probabilities: bool = False, checkpoint: str = "checkpoint_final.pth",
-            npp: int = 3, nps: int = 3, echo: Callable[[str], None] | None = print,
-            log_file: str | None = None, tta: bool = True) -> Path:
-    """``nnUNetv2_predict`` of one trainer (its folds averaged) into ``target``; ``tta=False``
-    passes ``--disable_tta`` (no mirroring: about 8x faster in 3D, slightly less accurate)."""
-    args = ["-i", images, "-d", str(dataset_id), "-c", configuration, "-tr", trainer, "-p", plans,
-            "-f", *folds, "-device", device, "-chk", checkpoint, "-npp", str(npp), "-nps", str(nps),
-            "--disable_progress_bar"]
-    if save_probabilities:
-        args.append("--save_probabilities")
-    if not tta:
-        args.append("--disable_tta")
+_DEVICES = ("cuda", "cpu", "mps")
+
+
+@dataclass(frozen=True)
+class PredictionSettings:
+    """How ``nnUNetv2_predict`` runs a trained model, the same for every trainer it is given.
+
+    ``configuration``, ``plans``, ``folds`` and ``checkpoint`` pick the model files
+    (``-c -p -f -chk``; the folds' probabilities are averaged); ``device``, ``tta`` (False:
+    ``--disable_tta``, no mirroring: about 8x faster in 3D, slightly less accurate), ``npp`` and
+    ``nps`` (pre-processing and export processes) say how it runs; ``save_probabilities`` keeps the
+    ``.npz`` files (and ``plans.json``/``dataset.json``) that ``nnUNetv2_ensemble`` averages. Folds
+    are stored as strings, as nnU-Net's ``-f`` takes them; a variant is ``dataclasses.replace``.
+
+    >>> settings = PredictionSettings(folds=[0, "all"], device="cpu", tta=False)
+    >>> settings.folds, settings.arguments()[-2:]
+    (('0', 'all'), ['--disable_progress_bar', '--disable_tta'])
+    >>> replace(settings, folds=("1",)).folds
+    ('1',)
+    >>> PredictionSettings(npp=0)
+    Traceback (most recent call last):
+    ...
+    nnunet_dro.errors.UserError: -npp 0: expected a positive integer
+    """
+
+    configuration: str = "3d_fullres"
+    plans: str = "nnUNetPlans"
+    folds: tuple[str, ...] = ("0", "1", "2", "3", "4")
+    checkpoint: str = "checkpoint_final.pth"
+    device: str = "cuda"
+    tta: bool = True
+    npp: int = 3
+    nps: int = 3
+    save_probabilities: bool = False
+
+    def __post_init__(self) -> None:
+        # frozen: the folds are normalised once, here, through object.__setattr__
+        folds = (self.folds,) if isinstance(self.folds, (str, int)) else self.folds
+        object.__setattr__(self, "folds", tuple(str(f) for f in folds))
+        # a fold or name that is not trained is left to check_folds/trained_model_folder, which name the
+        # model folder they looked in; here only what the command line cannot produce
+        if not self.folds:
+            raise UserError("-f: give at least one fold")
+        for option, value in (("-c", self.configuration), ("-p", self.plans), ("-chk", self.checkpoint)):
+            if not isinstance(value, str):
+                raise UserError(f"{option} {value!r}: expected a name")
+        if self.device not in _DEVICES:
+            raise UserError(f"-device {self.device!r}: choose one of {', '.join(_DEVICES)}")
+        for option, value in (("-npp", self.npp), ("-nps", self.nps)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"{option} {value!r}: expected a positive integer")
+
+    def arguments(self) -> list[str]:
+        """The options of ``nnUNetv2_predict`` these settings stand for (no ``-i -o -d -tr``)."""
+        args = ["-c", self.configuration, "-p", self.plans, "-f", *self.folds, "-device", self.device,
+                "-chk", self.checkpoint, "-npp", str(self.npp), "-nps", str(self.nps), "--disable_progress_bar"]
+        if self.save_probabilities:
+            args.append("--save_probabilities")
+        if not self.tta:
+            args.append("--disable_tta")
+        return args
+
+
+@dataclass(frozen=True)
+class EnsemblePlan:
+    """What ``run_ensemble`` makes: each member's fold ensemble (``settings``), with ``per_fold``
+    also every fold on its own, and the cross-trainer ensembles ``combine`` (lists of member names)
+    averaged by ``nnUNetv2_ensemble`` with ``num_processes`` processes (also the evaluation's).
+
+    >>> plan = EnsemblePlan(parse_members(["ERM=nnUNetTrainer", "DRO=nnUNetTrainerDRO"]), combine=[["ERM", "DRO"]],
+    ...                     settings=PredictionSettings(folds=("0", "1")), per_fold=True)
+    >>> plan.names()
+    ['ERM', 'DRO', 'ERM_fold0', 'ERM_fold1', 'DRO_fold0', 'DRO_fold1', 'ERM+DRO']
+    >>> EnsemblePlan(plan.members, combine=[["ERM", "JTT"]])
+    Traceback (most recent call last):
+    ...
+    nnunet_dro.errors.UserError: --combine 'ERM+JTT': expected two or more of ['DRO', 'ERM'] joined by '+'
+    """
+
+    members: tuple[Member, ...]
+    settings: PredictionSettings = PredictionSettings()
+    combine: tuple[tuple[str, ...], ...] = ()
+    per_fold: bool = False
+    num_processes: int = 2
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", tuple(self.members))
+        object.__setattr__(self, "combine", tuple(tuple(combo.split("+") if isinstance(combo, str) else combo)
+                                                  for combo in self.combine))
+        if not self.members:
+            raise UserError("give at least one trainer (-tr)")
+        names = [m.name for m in self.members]
+        if len(set(names)) != len(names):
+            raise UserError(f"-tr: name {next(n for n in names if names.count(n) > 1)!r} given twice")
+        for combo in self.combine:
+            if len(combo) < 2 or not set(combo) <= set(names):
+                raise UserError(f"--combine {'+'.join(combo)!r}: expected two or more of {sorted(names)} "
+                                f"joined by '+'")
+        if isinstance(self.num_processes, bool) or not isinstance(self.num_processes, int) or self.num_processes < 1:
+            raise UserError(f"-np {self.num_processes!r}: need at least 1 process")
+
+    def names(self) -> list[str]:
+        """Every prediction folder (and evaluated method), in the order they are made."""
+        return method_names(self.members, self.settings.folds, self.combine, self.per_fold)
+
+
+def predict(env: Mapping[str, str], dataset_id: int, images: str, target: Path, trainer: str,
+            settings: PredictionSettings = PredictionSettings(), *,
+            echo: Callable[[str], None] | None = print, log_file: str | None = None) -> Path:
+    """``nnUNetv2_predict`` of one trainer (its folds averaged) into ``target``, as ``settings`` say."""
+    model = settings.arguments()  # "-c CONFIGURATION" first: -tr after it, in the order the log always had
+    args = ["-i", images, "-d", str(dataset_id), *model[:2], "-tr", trainer, *model[2:]]
     return _finished_folder(target, lambda tmp: run_nnunet("nnUNetv2_predict", ["-o", str(tmp), *args],
                                                            env, echo=echo, log_file=log_file))
 
@@ -140,34 +238,24 @@ def ensemble(env: Mapping[str, str], folders: Sequence[Path], target: Path, num_
 
 
 def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: str | os.PathLike,
-                 members: Sequence[Member], *, configuration: str = "3d_fullres",
-                 plans: str = "nnUNetPlans", folds: Sequence[str] = ("0", "1", "2", "3", "4"),
-                 combine: Sequence[Sequence[str]] = (), per_fold: bool = False, device: str = "cuda",
-                 checkpoint: str = "checkpoint_final.pth", npp: int = 3, nps: int = 3,
-                 num_processes: int = 2, reference: str | None = None,
-                 evaluation: EvaluationOptions | None = None, tta: bool = True,
+                 plan: EnsemblePlan, *, reference: str | None = None, evaluation: EvaluationOptions | None = None,
                  echo: Callable[[str], None] | None = print):
-    """Predict every member (fold ensemble, optionally single folds), build the requested
+    """Predict every member of ``plan`` (fold ensemble, optionally single folds), build its
     cross-trainer ensembles and, given a ``reference`` folder, evaluate them all against it with
     :func:`nnunet_dro.evaluation.api.evaluate` and the options ``evaluation`` (None: the defaults;
-    its ``num_processes`` is replaced by ``num_processes``).
+    its ``num_processes`` is replaced by the plan's).
 
     Returns ``(folders, result)``: method name -> prediction folder, and the evaluation result
     (or None).
     """
     output = Path(output)
-    names = method_names(members, folds, combine, per_fold)
-    check_ensemble_inputs(env, dataset_id, images, output, members, configuration=configuration,
-                                   plans=plans, folds=folds, checkpoint=checkpoint, names=names,
-                                   num_processes=num_processes, reference=reference, evaluation=evaluation)
+    check_ensemble_inputs(env, dataset_id, images, output, plan, reference=reference, evaluation=evaluation)
     predictions = output / "predictions"
     created = [p for p in (output, predictions) if not p.exists()]
     predictions.mkdir(parents=True, exist_ok=True)
     try:
-        folders = _predict_all(env, dataset_id, images, predictions, members, configuration=configuration,
-                               plans=plans, folds=folds, combine=combine, per_fold=per_fold, device=device,
-                               checkpoint=checkpoint, npp=npp, nps=nps, num_processes=num_processes,
-                               log_file=str(output / "nnunet_commands.log"), tta=tta, echo=echo)
+        folders = _predict_all(env, dataset_id, images, predictions, plan,
+                               log_file=str(output / "nnunet_commands.log"), echo=echo)
     except BaseException:
         for folder in reversed(created):  # no empty folders from a failed run (the log is kept)
             with contextlib.suppress(OSError):
@@ -180,7 +268,7 @@ def run_ensemble(env: Mapping[str, str], dataset_id: int, images: str, output: s
 
         say("[ensemble] evaluating " + ", ".join(folders))
         result = evaluate(reference, {name: str(folder) for name, folder in folders.items()},
-                          str(output / "evaluation"), evaluation, num_processes=num_processes)
+                          str(output / "evaluation"), evaluation, num_processes=plan.num_processes)
     return folders, result
 
 
@@ -196,9 +284,7 @@ def method_names(members: Sequence[Member], folds: Sequence[str], combine: Seque
 _IMAGE_FILE = re.compile(r"_\d{4}\.[A-Za-z.]+$")
 
 
-def check_ensemble_inputs(env: Mapping[str, str], dataset_id: int, images: str, output: Path,
-                          members: Sequence[Member], *, configuration: str, plans: str, folds: Sequence[str],
-                          checkpoint: str, names: Sequence[str], num_processes: int,
+def check_ensemble_inputs(env: Mapping[str, str], dataset_id: int, images: str, output: Path, plan: EnsemblePlan, *,
                           reference: str | None = None,
                           evaluation: EvaluationOptions | None = None) -> dict[str, Path]:
     """Everything ``run_ensemble`` can check before the first prediction; creates nothing.
@@ -216,40 +302,42 @@ def check_ensemble_inputs(env: Mapping[str, str], dataset_id: int, images: str, 
     for entry, kind in ((output / "predictions", "a folder"), (output / "nnunet_commands.log", "a file")):
         if entry.exists() and entry.is_dir() != (kind == "a folder"):
             raise UserError(f"-o {output}: {entry} exists and is not {kind}")
+    settings = plan.settings
     models = {}
-    for member in members:
-        models[member.name] = trained_model_folder(env["nnUNet_results"], dataset_id, member.trainer, plans,
-                                                   configuration)
-        check_folds(models[member.name], folds, checkpoint)
+    for member in plan.members:
+        models[member.name] = trained_model_folder(env["nnUNet_results"], dataset_id, member.trainer,
+                                                   settings.plans, settings.configuration)
+        check_folds(models[member.name], settings.folds, settings.checkpoint)
     if reference is not None:
         from nnunet_dro.evaluation.api import check_inputs
 
-        check_inputs(reference, names, str(output / "evaluation"), evaluation, num_processes=num_processes)
+        check_inputs(reference, plan.names(), str(output / "evaluation"), evaluation,
+                     num_processes=plan.num_processes)
     return models
 
 
-def _predict_all(env, dataset_id, images, predictions: Path, members, *, configuration, plans, folds,
-                 combine, per_fold, device, checkpoint, npp, nps, num_processes, log_file, tta, echo) -> dict:
+def _predict_all(env: Mapping[str, str], dataset_id: int, images: str, predictions: Path, plan: EnsemblePlan, *,
+                 log_file: str | None, echo: Callable[[str], None] | None) -> dict[str, Path]:
     say = echo or (lambda _: None)
-    needs_probabilities = {name for combo in combine for name in combo}
+    settings, folds = plan.settings, plan.settings.folds
+    needs_probabilities = {name for combo in plan.combine for name in combo}
     folders: dict[str, Path] = {}
-    for member in members:
+    for member in plan.members:
         say(f"[ensemble] predicting {member.name} ({member.trainer}, folds {' '.join(folds)})")
         folders[member.name] = predict(
-            env, dataset_id, configuration, images, predictions / member.name, member.trainer,
-            folds, plans, device, member.name in needs_probabilities, checkpoint, npp, nps,
-            echo=None, log_file=log_file, tta=tta)
-    if per_fold and len(folds) > 1:
-        for member in members:
+            env, dataset_id, images, predictions / member.name, member.trainer,
+            replace(settings, save_probabilities=member.name in needs_probabilities), echo=None, log_file=log_file)
+    if plan.per_fold and len(folds) > 1:
+        for member in plan.members:
             for fold in folds:
                 name = f"{member.name}_fold{fold}"
                 say(f"[ensemble] predicting {name}")
-                folders[name] = predict(env, dataset_id, configuration, images, predictions / name,
-                                        member.trainer, [fold], plans, device, False, checkpoint, npp, nps,
-                                        echo=None, log_file=log_file, tta=tta)
-    for combo in combine:
+                folders[name] = predict(env, dataset_id, images, predictions / name, member.trainer,
+                                        replace(settings, folds=(fold,), save_probabilities=False),
+                                        echo=None, log_file=log_file)
+    for combo in plan.combine:
         name = "+".join(combo)
         say(f"[ensemble] averaging probabilities of {name}")
         folders[name] = ensemble(env, [folders[m] for m in combo], predictions / name,
-                                 num_processes, echo=None, log_file=log_file)
+                                 plan.num_processes, echo=None, log_file=log_file)
     return folders

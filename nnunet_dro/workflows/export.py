@@ -56,6 +56,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from nnunet_dro.atomic import atomic_path, check_output_folder
 from nnunet_dro.errors import UserError
+from nnunet_dro.workflows.ensemble import PredictionSettings
 
 #: Provenance file written into every exported model folder (stock nnU-Net ignores it).
 EXPORT_INFO = "nnunet_dro_export.json"
@@ -294,6 +295,84 @@ class SourceModel:
     checkpoints: List[Tuple[Path, str]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ExportRequest:
+    """What ``nnunet_dro export`` is asked for, its options checked and normalised.
+
+    ``trainer``'s models of dataset ``dataset`` (ID or name) with ``plans`` in ``configurations``
+    (None: every one trained), their ``folds`` and ``checkpoints``, zipped into ``output`` under
+    the stock trainer ``as_trainer``; ``drop_state`` leaves out our extra checkpoint state and
+    files, ``crossval_predictions`` adds the validation predictions. Folds and checkpoints are
+    de-duplicated in order; a bad name is a one-line UserError naming its option, in the order
+    the command always checked them (files are only looked at by :func:`plan_export`).
+
+    >>> request = ExportRequest("990", "model.zip", "nnUNetTrainerDRO", folds=[0, "0", 1])
+    >>> request.folds, request.checkpoints
+    (('0', '1'), ('checkpoint_final.pth',))
+    >>> ExportRequest("990", "model.zip", "nnUNetTrainerDRO", plans="a/b")
+    Traceback (most recent call last):
+    ...
+    nnunet_dro.errors.UserError: -p 'a/b': expected letters, digits, _ . - (no '__')
+    """
+
+    dataset: str
+    output: str | os.PathLike
+    trainer: str
+    configurations: Optional[Tuple[str, ...]] = None
+    plans: str = "nnUNetPlans"
+    folds: Tuple[str, ...] = ("0", "1", "2", "3", "4")
+    checkpoints: Tuple[str, ...] = ("checkpoint_final.pth",)
+    as_trainer: str = "nnUNetTrainer"
+    drop_state: bool = False
+    crossval_predictions: bool = False
+
+    def __post_init__(self) -> None:
+        check_name(self.trainer, "-tr")
+        check_name(self.plans, "-p")
+        check_name(self.as_trainer, "--as-trainer")
+        if self.configurations is not None:
+            object.__setattr__(self, "configurations", tuple(self.configurations))
+        for configuration in self.configurations or ():
+            check_name(configuration, "-c")
+        for name in self.checkpoints:
+            if not _NAME.match(name):
+                raise UserError(f"-chk {name!r}: expected a file name in the fold folder")
+        # frozen: the normalised folds and checkpoints are set once, here
+        object.__setattr__(self, "folds", tuple(dict.fromkeys(str(f) for f in self.folds)))
+        for fold in self.folds:
+            fold_folder_name(fold)
+        object.__setattr__(self, "checkpoints", tuple(dict.fromkeys(self.checkpoints)))
+
+    @classmethod
+    def of_prediction(cls, settings: PredictionSettings, dataset: str, output: str | os.PathLike, trainer: str,
+                      **options: Any) -> ExportRequest:
+        """The export of the model that ``predict`` runs with ``settings`` (its configuration, plans,
+        folds and checkpoint); ``options``: ``as_trainer``, ``drop_state``, ``crossval_predictions``.
+
+        >>> from nnunet_dro.workflows.ensemble import PredictionSettings
+        >>> ExportRequest.of_prediction(PredictionSettings(folds=("0",)), "990", "m.zip", "nnUNetTrainerDRO").folds
+        ('0',)
+        """
+        return cls(dataset, output, trainer, configurations=(settings.configuration,), plans=settings.plans,
+                   folds=settings.folds, checkpoints=(settings.checkpoint,), **options)
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """Everything :func:`plan_export` found and checked before a byte is written: the zip's path,
+    the dataset folder's name, the configurations, the files of each model and of the ensembles,
+    the stock (and, if importable, the source) trainer class, and the notes to print afterwards."""
+    request: ExportRequest
+    output: Path
+    dataset_dir: Path
+    configurations: Tuple[str, ...]
+    models: Tuple[SourceModel, ...]
+    ensembles: Tuple[Tuple[Path, str], ...]
+    stock_class: type
+    source_class: Optional[type]
+    notes: Tuple[str, ...]
+
+
 def results_folder() -> Path:
     value = os.environ.get("nnUNet_results")
     if not value:
@@ -342,15 +421,15 @@ def _configurations(dataset_dir: Path, trainer: str, plans: str, configurations:
     return found
 
 
-def collect_model(dataset_dir: Path, trainer: str, plans: str, configuration: str, folds: Sequence[str],
-                  checkpoints: Sequence[str], as_trainer: str, drop_state: bool,
-                  crossval_predictions: bool) -> SourceModel:
+def collect_model(dataset_dir: Path, request: ExportRequest, configuration: str) -> SourceModel:
     """The files to export of one configuration; UserError naming what is missing."""
     from nnunet_dro.training.hardness_report import HARDNESS_CSV, PROGRESS_PNG
     from nnunet_dro.training.nnunet_compat import folds_tuple_to_string
 
-    folder = dataset_dir / model_identifier(trainer, plans, configuration)
-    target = model_identifier(as_trainer, plans, configuration)
+    plans, folds, checkpoints = request.plans, request.folds, request.checkpoints
+    drop_state, crossval_predictions = request.drop_state, request.crossval_predictions
+    folder = dataset_dir / model_identifier(request.trainer, plans, configuration)
+    target = model_identifier(request.as_trainer, plans, configuration)
     model = SourceModel(configuration, folder, target)
     prefix = f"{dataset_dir.name}/{target}"
 
@@ -521,8 +600,7 @@ class ModelChecker:
             self._check_modules()
 
 
-def _provenance(source: str, as_trainer: str, plans: str, model: SourceModel, folds: Sequence[str],
-                checkpoints: Sequence[str], kept: Sequence[str], trainer_names: Sequence[str],
+def _provenance(request: ExportRequest, model: SourceModel, kept: Sequence[str], trainer_names: Sequence[str],
                 compared_modules: bool) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -535,14 +613,14 @@ def _provenance(source: str, as_trainer: str, plans: str, model: SourceModel, fo
     info = {
         "exported_by": f"nnunet_dro {__version__}",
         "nnunetv2_version": nnunet_version,
-        "source_trainer": source,
+        "source_trainer": request.trainer,
         "source_trainer_names_in_checkpoints": sorted(set(trainer_names)),
         "source_folder": model.folder.name,
-        "as_trainer": as_trainer,
-        "plans": plans,
+        "as_trainer": request.as_trainer,
+        "plans": request.plans,
         "configuration": model.configuration,
-        "folds": list(folds),
-        "checkpoints": list(checkpoints),
+        "folds": list(request.folds),
+        "checkpoints": list(request.checkpoints),
         "extra_checkpoint_keys_kept": list(kept),
         "network_check": "weight names and shapes" + (" and modules" if compared_modules else ""),
     }
@@ -560,42 +638,18 @@ def check_output_file(output: str | os.PathLike) -> Path:
     return path
 
 
-def export_model(dataset: str, output: str | os.PathLike, trainer: str, *,
-                 configurations: Optional[Sequence[str]] = None, plans: str = "nnUNetPlans",
-                 folds: Sequence[str] = ("0", "1", "2", "3", "4"),
-                 checkpoints: Sequence[str] = ("checkpoint_final.pth",), as_trainer: str = "nnUNetTrainer",
-                 drop_state: bool = False, crossval_predictions: bool = False,
-                 echo: Callable[[str], None] | None = print,
-                 warn: Callable[[str], None] = _print_err) -> Dict[str, Any]:
-    """Write ``output``, a zip of ``trainer``'s models that installs as ``as_trainer``'s.
-
-    Everything is checked (folders, files, stock class, networks, init_args, pickled classes)
-    while the zip is written under a temporary name; it appears at ``output`` only when complete.
-    ``echo`` gets one progress line per checkpoint; ``warn`` the warnings and notes, after the zip
-    is written (a failure raises UserError and warns nothing). Returns a summary: dataset,
-    configurations, zip entries, extra keys kept, target folders.
-    """
-    check_name(trainer, "-tr")
-    check_name(plans, "-p")
-    check_name(as_trainer, "--as-trainer")
-    for configuration in configurations or ():
-        check_name(configuration, "-c")
-    for name in checkpoints:
-        if not _NAME.match(name):
-            raise UserError(f"-chk {name!r}: expected a file name in the fold folder")
-    folds = [str(f) for f in dict.fromkeys(str(f) for f in folds)]
-    for fold in folds:
-        fold_folder_name(fold)
-    checkpoints = list(dict.fromkeys(checkpoints))
-    output = check_output_file(output)
+def plan_export(request: ExportRequest) -> ExportPlan:
+    """Every check :func:`export_model` can make before writing (the output file, the stock class,
+    ``nnUNet_results``, the dataset, the configurations, each model's folds and files); the
+    checkpoints themselves are read while writing. Creates nothing."""
+    trainer, as_trainer, plans = request.trainer, request.as_trainer, request.plans
+    output = check_output_file(request.output)
     stock_class = stock_trainer_class(as_trainer)
     results = results_folder()
-    dataset_name = dataset_folder_name(str(dataset), results)
-    dataset_dir = results / dataset_name
-    configurations = _configurations(dataset_dir, trainer, plans, configurations)
-    models = [collect_model(dataset_dir, trainer, plans, c, folds, checkpoints, as_trainer, drop_state,
-                            crossval_predictions) for c in configurations]
-    ensembles = ensemble_files(dataset_dir, trainer, as_trainer, plans, configurations, crossval_predictions)
+    dataset_dir = results / dataset_folder_name(str(request.dataset), results)
+    configurations = _configurations(dataset_dir, trainer, plans, request.configurations)
+    models = [collect_model(dataset_dir, request, c) for c in configurations]
+    ensembles = ensemble_files(dataset_dir, trainer, as_trainer, plans, configurations, request.crossval_predictions)
     source_class = source_trainer_class(trainer) if trainer != as_trainer else stock_class
     notes = []  # printed once the zip is written (an error stays the only line on stderr)
     if source_class is None:
@@ -608,16 +662,26 @@ def export_model(dataset: str, output: str | os.PathLike, trainer: str, *,
                 notes.append(f"nnunet_dro export: warning: {installed} exists: installing this zip into this "
                              f"nnUNet_results (nnUNetv2_install_pretrained_model_from_zip) overwrites that "
                              f"{as_trainer} model's files")
+    return ExportPlan(request, output, dataset_dir, tuple(configurations), tuple(models), tuple(ensembles),
+                      stock_class, source_class, tuple(notes))
 
+
+def write_export(plan: ExportPlan, *, echo: Callable[[str], None] | None = print,
+                 warn: Callable[[str], None] = _print_err) -> Dict[str, Any]:
+    """Write the zip of ``plan`` under a temporary name, checking each checkpoint (network,
+    init_args, pickled classes) as it goes; it appears at ``plan.output`` only when complete.
+    ``echo`` gets one progress line per checkpoint; ``warn`` the plan's notes, after the zip is
+    written. Returns the summary of :func:`export_model`."""
     import torch
 
+    request, dataset_name = plan.request, plan.dataset_dir.name
     entries: List[str] = []
     kept: Dict[str, List[str]] = {}
-    with atomic_path(output) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+    with atomic_path(plan.output) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
         scratch = Path(tempfile.mkdtemp(prefix=".nnunet_dro_export.", dir=tmp.parent))  # rewritten checkpoints
         try:
-            for model in models:
-                checker = ModelChecker(model, trainer, stock_class, source_class)
+            for model in plan.models:
+                checker = ModelChecker(model, request.trainer, plan.stock_class, plan.source_class)
                 trainer_names, model_kept = [], []
                 for path, name in model.checkpoints:
                     if echo:
@@ -625,14 +689,14 @@ def export_model(dataset: str, output: str | os.PathLike, trainer: str, *,
                     checkpoint = read_checkpoint_file(path)
                     checker.check(path, checkpoint)
                     trainer_names.append(str(checkpoint["trainer_name"]))
-                    new = exported_checkpoint(checkpoint, as_trainer, drop_state)
+                    new = exported_checkpoint(checkpoint, request.as_trainer, request.drop_state)
                     model_kept.extend(k for k in extra_keys(new) if k not in model_kept)
                     written = scratch / "checkpoint.pth"
                     torch.save(new, str(written))
                     del checkpoint, new
                     foreign = foreign_modules(pickle_globals(checkpoint_pickle(written)))
                     if foreign:
-                        hint = "" if drop_state else " (--drop-state leaves out our extra state)"
+                        hint = "" if request.drop_state else " (--drop-state leaves out our extra state)"
                         raise UserError(f"{path}: refers to {', '.join(foreign[:3])}, which a process with "
                                         f"only nnunetv2 cannot import{hint}")
                     archive.write(written, name)
@@ -642,17 +706,31 @@ def export_model(dataset: str, output: str | os.PathLike, trainer: str, *,
                     archive.write(path, name)
                     entries.append(name)
                 info = f"{dataset_name}/{model.target_identifier}/{EXPORT_INFO}"
-                archive.writestr(info, _provenance(trainer, as_trainer, plans, model, folds, checkpoints,
-                                                   model_kept, trainer_names, checker.compared_modules))
+                archive.writestr(info, _provenance(request, model, model_kept, trainer_names,
+                                                   checker.compared_modules))
                 entries.append(info)
                 kept[model.configuration] = model_kept
-            for path, name in ensembles:
+            for path, name in plan.ensembles:
                 archive.write(path, name)
                 entries.append(name)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    for note in notes:
+    for note in plan.notes:
         warn(note)
-    return {"dataset": dataset_name, "configurations": configurations, "entries": entries, "kept": kept,
-            "output": output,
-            "target_folders": [f"{dataset_name}/{m.target_identifier}" for m in models]}
+    return {"dataset": dataset_name, "configurations": list(plan.configurations), "entries": entries, "kept": kept,
+            "output": plan.output,
+            "target_folders": [f"{dataset_name}/{m.target_identifier}" for m in plan.models]}
+
+
+def export_model(request: ExportRequest, *, echo: Callable[[str], None] | None = print,
+                 warn: Callable[[str], None] = _print_err) -> Dict[str, Any]:
+    """Write ``request.output``, a zip of ``request.trainer``'s models that installs as
+    ``request.as_trainer``'s: :func:`plan_export`, then :func:`write_export`.
+
+    Everything is checked (folders, files, stock class, networks, init_args, pickled classes)
+    while the zip is written under a temporary name; it appears at the output only when complete.
+    ``echo`` gets one progress line per checkpoint; ``warn`` the warnings and notes, after the zip
+    is written (a failure raises UserError and warns nothing). Returns a summary: dataset,
+    configurations, zip entries, extra keys kept, target folders.
+    """
+    return write_export(plan_export(request), echo=echo, warn=warn)

@@ -4,14 +4,16 @@ export, install, predict without nnunet_dro) is tests/training/test_train_export
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from nnunet_dro import cli
 from nnunet_dro.errors import UserError
-from nnunet_dro.workflows.export import (collect_model, ensemble_files, exported_checkpoint, foreign_modules,
-                                         renamed_ensemble, weights_mismatch)
+from nnunet_dro.workflows.ensemble import PredictionSettings
+from nnunet_dro.workflows.export import (ExportRequest, collect_model, ensemble_files, exported_checkpoint,
+                                         foreign_modules, plan_export, renamed_ensemble, weights_mismatch)
 
 DATASET = "Dataset977_ExportTest"
 SOURCE = "nnUNetTrainerDRO__nnUNetPlans__3d_fullres"
@@ -157,8 +159,9 @@ def test_files_taken_as_nnunet_export_takes_them(results):
     def names(model):
         return sorted(name for _, name in model.files)
 
-    model = collect_model(dataset_dir, "nnUNetTrainerDRO", "nnUNetPlans", "3d_fullres", ["0"],
-                          ["checkpoint_final.pth"], "nnUNetTrainer", drop_state=False, crossval_predictions=False)
+    request = ExportRequest(DATASET, "m.zip", "nnUNetTrainerDRO", plans="nnUNetPlans", folds=["0"],
+                            checkpoints=["checkpoint_final.pth"], as_trainer="nnUNetTrainer")
+    model = collect_model(dataset_dir, request, "3d_fullres")
     prefix = f"{DATASET}/{TARGET}"
     assert [name for _, name in model.checkpoints] == [f"{prefix}/fold_0/checkpoint_final.pth"]
     assert names(model) == sorted(f"{prefix}/{n}" for n in (
@@ -166,8 +169,7 @@ def test_files_taken_as_nnunet_export_takes_them(results):
         "fold_0/validation/summary.json", "crossval_results_folds_0/summary.json",
         "crossval_results_folds_0/postprocessing.pkl", "crossval_results_folds_0/postprocessing.json",
         "plans.json", "dataset.json", "dataset_fingerprint.json"))
-    dropped = collect_model(dataset_dir, "nnUNetTrainerDRO", "nnUNetPlans", "3d_fullres", ["0"],
-                            ["checkpoint_final.pth"], "nnUNetTrainer", drop_state=True, crossval_predictions=True)
+    dropped = collect_model(dataset_dir, replace(request, drop_state=True, crossval_predictions=True), "3d_fullres")
     assert not [n for n in names(dropped) if "/dro_" in n]
     assert f"{prefix}/fold_0/validation/case_000.nii.gz" in names(dropped)
     assert f"{prefix}/crossval_results_folds_0/case_000.nii.gz" in names(dropped)
@@ -213,3 +215,30 @@ def test_the_subcommand_is_registered():
     with pytest.raises(UserError):
         from nnunet_dro.workflows.export import check_name
         check_name("a__b", "-tr")
+
+
+def test_the_request_checks_and_normalises_its_options():
+    request = ExportRequest(977, "m.zip", "nnUNetTrainerDRO", configurations=["3d_fullres"], folds=[1, "0", "1"],
+                            checkpoints=["checkpoint_best.pth", "checkpoint_best.pth"])
+    assert (request.folds, request.checkpoints, request.configurations) == (
+        ("1", "0"), ("checkpoint_best.pth",), ("3d_fullres",))
+    with pytest.raises(AttributeError):
+        request.plans = "other"  # frozen
+    for options, match in [(dict(trainer="a__b"), "^-tr 'a__b'"), (dict(as_trainer="x y"), "^--as-trainer"),
+                           (dict(configurations=["2d", "../x"]), "^-c '../x'"), (dict(folds=["0", "-1"]), "^-f '-1'"),
+                           (dict(checkpoints=["a/b.pth"]), "^-chk 'a/b.pth'")]:
+        with pytest.raises(UserError, match=match):
+            replace(request, **options)
+    settings = PredictionSettings(configuration="2d", plans="P", folds=("0", "2"), checkpoint="checkpoint_best.pth")
+    same = ExportRequest.of_prediction(settings, "977", "m.zip", "nnUNetTrainerDRO", drop_state=True)
+    assert (same.configurations, same.plans, same.folds, same.checkpoints, same.drop_state) == (
+        ("2d",), "P", ("0", "2"), ("checkpoint_best.pth",), True)
+
+
+def test_the_plan_finds_every_file_and_writes_nothing(results, tmp_path):
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    plan = plan_export(ExportRequest("977", tmp_path / "out" / "m.zip", "nnUNetTrainerDRO", folds=["0"]))
+    assert plan.configurations == ("3d_fullres",) and plan.dataset_dir == results / DATASET
+    assert [m.target_identifier for m in plan.models] == [TARGET] and plan.output == tmp_path / "out" / "m.zip"
+    assert plan.stock_class.__name__ == "nnUNetTrainer" and plan.notes == ()
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before

@@ -8,8 +8,8 @@ import pytest
 import SimpleITK as sitk
 
 from nnunet_dro.errors import UserError
-from nnunet_dro.workflows.ensemble import (Member, check_folds, parse_combinations, parse_members,
-                                           trained_model_folder)
+from nnunet_dro.workflows.ensemble import (EnsemblePlan, Member, PredictionSettings, check_folds,
+                                           parse_combinations, parse_members, trained_model_folder)
 
 
 @pytest.mark.parametrize("values,expected", [
@@ -36,6 +36,63 @@ def test_parse_combinations():
     for bad in ("ERM", "ERM+XYZ", "+"):
         with pytest.raises(UserError, match="--combine"):
             parse_combinations([bad], members)
+
+
+def test_prediction_settings_are_nnunet_predict_options():
+    settings = PredictionSettings(folds=[0, 1], device="cpu", checkpoint="checkpoint_best.pth", npp=1, nps=2)
+    assert settings.folds == ("0", "1") and hash(settings) == hash(PredictionSettings(**vars(settings)))
+    assert settings.arguments() == ["-c", "3d_fullres", "-p", "nnUNetPlans", "-f", "0", "1", "-device", "cpu",
+                                    "-chk", "checkpoint_best.pth", "-npp", "1", "-nps", "2", "--disable_progress_bar"]
+    assert PredictionSettings(tta=False, save_probabilities=True).arguments()[-2:] == [
+        "--save_probabilities", "--disable_tta"]
+    with pytest.raises(AttributeError):
+        settings.device = "cuda"  # frozen
+    for options, match in [(dict(folds=()), "^-f: give at least one fold"), (dict(device="tpu"), "^-device 'tpu'"),
+                           (dict(npp=0), "^-npp 0"), (dict(nps=1.5), "^-nps 1.5"), (dict(plans=None), "^-p None")]:
+        with pytest.raises(UserError, match=match):
+            PredictionSettings(**options)
+
+
+def test_ensemble_plan_names_and_checks():
+    members = parse_members(["ERM=nnUNetTrainer", "DRO=nnUNetTrainerDRO"])
+    plan = EnsemblePlan(members, PredictionSettings(folds=("0", "1")), combine=["ERM+DRO"], per_fold=True)
+    assert plan.combine == (("ERM", "DRO"),)
+    assert plan.names() == ["ERM", "DRO", "ERM_fold0", "ERM_fold1", "DRO_fold0", "DRO_fold1", "ERM+DRO"]
+    assert EnsemblePlan(members, PredictionSettings(folds=("0",)), per_fold=True).names() == ["ERM", "DRO"]
+    for options, match in [(dict(members=()), "at least one"), (dict(members=members * 2), "given twice"),
+                           (dict(combine=[["ERM"]]), "--combine 'ERM'"), (dict(num_processes=0), "^-np 0")]:
+        with pytest.raises(UserError, match=match):
+            EnsemblePlan(**{"members": members, **options})
+
+
+def test_each_prediction_gets_its_settings(tmp_path, monkeypatch):
+    """Probabilities are saved for the members of a cross-trainer ensemble only; single folds are
+    predicted with the plan's settings but one fold."""
+    import nnunet_dro.workflows.ensemble as ensemble
+
+    calls = []
+
+    def record(kind):
+        def run(env, *args, **kwargs):
+            calls.append((kind, args))
+            target = args[2] if kind == "predict" else args[1]
+            target.mkdir()
+            return target
+        return run
+
+    monkeypatch.setattr(ensemble, "predict", record("predict"))
+    monkeypatch.setattr(ensemble, "ensemble", record("ensemble"))
+    members = parse_members(["ERM=nnUNetTrainer", "DRO=nnUNetTrainerDRO", "GB=nnUNetTrainerGroupBalanced"])
+    settings = PredictionSettings(folds=("0", "1"), device="cpu", tta=False)
+    plan = EnsemblePlan(members, settings, combine=[["ERM", "DRO"]], per_fold=True, num_processes=3)
+    folders = ensemble._predict_all({}, 990, "imgs", tmp_path, plan, log_file=None, echo=None)
+    assert list(folders) == plan.names()
+    predicted = {args[2].name: (args[3], args[4]) for kind, args in calls if kind == "predict"}
+    assert predicted["ERM"] == ("nnUNetTrainer", PredictionSettings(folds=("0", "1"), device="cpu", tta=False,
+                                                                    save_probabilities=True))
+    assert predicted["GB"][1] == settings and predicted["DRO_fold1"][1] == PredictionSettings(
+        folds=("1",), device="cpu", tta=False)
+    assert calls[-1] == ("ensemble", ([tmp_path / "ERM", tmp_path / "DRO"], tmp_path / "ERM+DRO", 3))
 
 
 def test_trained_model_and_fold_checks(tmp_path):

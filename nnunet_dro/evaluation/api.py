@@ -28,7 +28,7 @@ from nnunet_dro.evaluation import reports
 from nnunet_dro.evaluation.crossval import (SPLITS_FILE, CrossValidation, check_cases_in_reference,
                                             check_same_folds, dataset_labels_folder, describe_non_trainer_folder,
                                             gather_validation, is_trainer_folder, splits_file)
-from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
+from nnunet_dro.evaluation.groups import NOT_IN_TABLE, GroupAssignment, assign_groups, groupings
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
 from nnunet_dro.evaluation.disparity import disparity_table
 from nnunet_dro.evaluation.gallery import gallery_images, gallery_source
@@ -613,14 +613,6 @@ def _summary_scores(m: _Method, case: str, region: Region, metrics, empty):
         yield metric, value, note
 
 
-def _groupings(group_columns, group_orders):
-    """(group_column, group, case filter column or None) in display order, 'all' first."""
-    yield ALL, ALL, None
-    for column in group_columns:
-        for group in group_orders[column]:
-            yield column, group, column
-
-
 def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, group_orders,
                n_bootstrap: int = 0) -> pd.DataFrame:
     """Statistics per method, group, region and metric (tails by the metric's direction).
@@ -634,7 +626,7 @@ def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, 
     indexed = {key: frame for key, frame in per_case.groupby(["metric", "method", "region"], sort=False)}
     for metric in metrics:
         higher = METRIC_INFO[metric].higher_is_better
-        for group_column, group, column in _groupings(group_columns, group_orders):
+        for group_column, group, column in groupings(group_columns, group_orders):
             for m in methods:
                 for region in regions:
                     frame = indexed.get((metric, m.name, region.name))
@@ -676,7 +668,7 @@ def _compare(per_case, methods, regions, metrics, percentiles, group_columns, gr
     for metric in metrics:
         higher = METRIC_INFO[metric].higher_is_better
         family_start = len(rows)
-        for group_column, group, column in _groupings(group_columns, group_orders):
+        for group_column, group, column in groupings(group_columns, group_orders):
             frame = per_case[per_case["metric"] == metric]
             if column is not None:
                 frame = frame[frame[column] == group]

@@ -44,6 +44,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from nnunet_dro.evaluation.formatting import fmt as _fmt, interval_text, json_value
+from nnunet_dro.evaluation.groups import groupings
 from nnunet_dro.evaluation.metrics import METRIC_INFO
 
 CONFIDENCE = 0.95
@@ -294,13 +296,6 @@ def run_label(method: str, k: int) -> str:
     return f"{method}{RUN_SEPARATOR}{k}"
 
 
-def _groupings(group_columns: Sequence[str], group_orders: Mapping[str, Sequence[str]]):
-    yield "all", "all"
-    for column in group_columns:
-        for group in group_orders[column]:
-            yield column, group
-
-
 def _row(kind, method, reference, group_column, group, region, metric, statistic, paired, n_runs, n_ref, n_cases,
          interval: Interval, note: str) -> dict:
     row = dict(kind=kind, method=method, reference_method=reference, group_column=group_column, group=group,
@@ -334,7 +329,7 @@ def runs_table(per_case: pd.DataFrame, method_runs: Mapping[str, Sequence[str]],
     for metric in metrics:
         by_metric = per_case[per_case["metric"] == metric]
         higher = METRIC_INFO[metric].higher_is_better if metric in METRIC_INFO else True
-        for group_column, group in _groupings(group_columns, group_orders or {}):
+        for group_column, group, _ in groupings(group_columns, group_orders or {}):
             selected = by_metric if group_column == "all" else by_metric[by_metric[group_column] == group]
             for region in regions:
                 wide = selected[selected["region"] == region].pivot(index="method", columns="case", values="value")
@@ -366,16 +361,8 @@ def runs_table(per_case: pd.DataFrame, method_runs: Mapping[str, Sequence[str]],
     return table
 
 
-def _fmt(value, decimals: int, signed: bool = False) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return "n/a"
-    return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
-
-
 def _interval_text(low, high, decimals: int, signed: bool) -> str:
-    if low is None or np.isnan(low):
-        return "n/a"
-    return f"[{_fmt(low, decimals, signed)}, {_fmt(high, decimals, signed)}]"
+    return interval_text(low, high, lambda v: _fmt(v, decimals, signed))
 
 
 def _signs_text(row) -> str:
@@ -473,18 +460,12 @@ class RunsReport:
 
     def json_text(self) -> str:
         import json
-        import math
 
-        def plain(v):
-            if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-                return None  # NaN is not JSON
-            return int(v) if isinstance(v, np.integer) else (bool(v) if isinstance(v, np.bool_) else v)
-
-        records = [{k: plain(v) for k, v in row.items()}
+        records = [{k: json_value(v) for k, v in row.items()}
                    for row in self.table.astype(object).to_dict(orient="records")]
         for record in records:
             values = [float(v) for v in record["per_run"].split(";")] if record["per_run"] else []
-            record["per_run"] = [None if math.isnan(v) else v for v in values]
+            record["per_run"] = [json_value(v) for v in values]
         return json.dumps({"settings": self.settings, "statistics": records}, indent=2, allow_nan=False) + "\n"
 
     def write(self, folder) -> None:

@@ -296,11 +296,25 @@ def run_label(method: str, k: int) -> str:
     return f"{method}{RUN_SEPARATOR}{k}"
 
 
-def _row(kind, method, reference, group_column, group, region, metric, statistic, paired, n_runs, n_ref, n_cases,
-         interval: Interval, note: str) -> dict:
-    row = dict(kind=kind, method=method, reference_method=reference, group_column=group_column, group=group,
-               region=region, metric=metric, statistic=statistic, paired=paired, n_runs=n_runs,
-               n_runs_reference=n_ref, n_cases=n_cases, point=interval.point,
+@dataclass(frozen=True)
+class _Cell:
+    """Where a row of ``runs.csv`` belongs: shared by every method, difference and statistic of it."""
+
+    group_column: str
+    group: str
+    region: str
+    metric: str
+    paired: bool
+    n_cases: int
+
+
+def _row(cell: _Cell, method: str, statistic: str, interval: Interval, note: str, *, n_runs: int,
+         reference: str = "", n_ref: int | None = None) -> dict:
+    """One row of ``runs.csv``: a method over its runs, or (with a ``reference``) its difference with it."""
+    row = dict(kind="difference" if reference else "method", method=method, reference_method=reference,
+               group_column=cell.group_column, group=cell.group, region=cell.region, metric=cell.metric,
+               statistic=statistic, paired=cell.paired, n_runs=n_runs,
+               n_runs_reference=n_ref, n_cases=cell.n_cases, point=interval.point,
                ci_runs_low=interval.ci_runs[0], ci_runs_high=interval.ci_runs[1],
                ci_cases_low=interval.ci_cases[0], ci_cases_high=interval.ci_cases[1],
                ci_seeds_t_low=float("nan"), ci_seeds_t_high=float("nan"), positive_seeds=None,
@@ -335,14 +349,13 @@ def runs_table(per_case: pd.DataFrame, method_runs: Mapping[str, Sequence[str]],
                 wide = selected[selected["region"] == region].pivot(index="method", columns="case", values="value")
                 wide = wide.reindex(columns=sorted(wide.columns))
                 matrices = {m: wide.reindex(index=list(method_runs[m])).to_numpy(float) for m in names}
-                n_cases = int(wide.shape[1])
-                where = (group_column, group, region, metric)
+                cell = _Cell(group_column, group, region, metric, paired, int(wide.shape[1]))
                 for m in names:
                     k = len(method_runs[m])
                     note = "" if k > 1 else "1 run: no interval over runs"
                     for s, interval in bootstrap_method(matrices[m], statistics, n_bootstrap, seed=seed,
                                                         higher_is_better=higher).items():
-                        rows.append(_row("method", m, "", *where, s, paired, k, None, n_cases, interval, note))
+                        rows.append(_row(cell, m, s, interval, note, n_runs=k))
                 for m in names[1:]:
                     k, kb = len(method_runs[m]), len(method_runs[base])
                     if paired:
@@ -354,7 +367,7 @@ def runs_table(per_case: pd.DataFrame, method_runs: Mapping[str, Sequence[str]],
                     intervals = bootstrap_difference(matrices[m], matrices[base], statistics, paired=paired,
                                                      n_bootstrap=n_bootstrap, seed=seed, higher_is_better=higher)
                     for s, interval in intervals.items():
-                        rows.append(_row("difference", m, base, *where, s, paired, k, kb, n_cases, interval, note))
+                        rows.append(_row(cell, m, s, interval, note, n_runs=k, reference=base, n_ref=kb))
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     for column in ("n_runs_reference", "positive_seeds", "negative_seeds", "zero_seeds"):
         table[column] = table[column].astype("Int64")

@@ -72,16 +72,17 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnunet_dro.discovery.api import discover
+    from nnunet_dro.discovery.api import DiscoveryOptions, discover
 
     from nnunet_dro.commands.evaluate import parse_predictions
 
     (name, prediction), = parse_predictions([args.pred]).items()
-    summary = discover(prediction, args.ref, args.o, name=name, images=args.images, regions=args.regions,
-                       hd95=not args.no_hd95, min_size=args.min_size, max_groups=args.max_groups,
-                       error_weight=args.error_weight, n_bootstrap=args.bootstrap, seed=args.seed,
-                       num_processes=args.np, folds=args.folds, missing=args.missing,
-                       progress=sys.stderr.isatty())  # bars in a terminal; a log file or a pipe gets none
+    options = DiscoveryOptions(name=name, images=args.images, regions=args.regions, hd95=not args.no_hd95,
+                               min_size=args.min_size, max_groups=args.max_groups, error_weight=args.error_weight,
+                               n_bootstrap=args.bootstrap, seed=args.seed, num_processes=args.np, folds=args.folds,
+                               missing=args.missing,
+                               progress=sys.stderr.isatty())  # bars in a terminal; a log file or a pipe gets none
+    summary = discover(prediction, args.ref, args.o, options)
     for group in summary["groups"]:
         words = "; ".join(f["text"] for f in group["features"]) or "no distinguishing feature"
         flag = " [suspect labels]" if group["suspect_labels"] else ""

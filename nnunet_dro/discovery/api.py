@@ -15,11 +15,13 @@ Example (Python)::
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from dataclasses import dataclass
 from multiprocessing import Pool
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -85,20 +87,68 @@ def hardness_tables(trainer_folder: Path) -> list[pd.DataFrame]:
     return tables
 
 
-def discover(prediction: str, reference: str | None, output: str | None, *, images: str | None = None,
-             regions: str | None = None, hd95: bool = True, min_size: int | float = 10, max_groups: int = 8,
-             error_weight: int = clustering.ERROR_WEIGHT, n_bootstrap: int = 1000, seed: int = 0,
-             num_processes: int | None = None,
-             folds: Sequence[int] | None = None, echo: Callable[[str], None] | None = None,
-             name: str | None = None, missing: str = "error", progress: bool = False) -> dict:
+@dataclass(frozen=True)
+class DiscoveryOptions:
+    """How :func:`discover` reads, scores and clusters (everything but the three folders).
+
+    ``images``: an ``imagesTr``/``imagesTs`` folder (None: no intensity features); ``regions``: as
+    ``nnunet_dro evaluate --regions``; ``hd95``: score HD95 besides Dice; ``min_size``: a count of
+    cases or a share (a float in (0, 1)); ``max_groups``: most groups tried; ``error_weight``: how
+    many times the error features count; ``n_bootstrap``, ``seed``: the intervals of group - rest
+    and the mixture's seed; ``num_processes``: reading processes (None: ``nnUNet_def_n_proc`` or
+    8); ``folds``: the folds of a trainer folder (None: all); ``echo``: where notes go (None:
+    stderr); ``name``: the predictions' name in messages (default: the folder's name);
+    ``missing``: the evaluation's ``--missing`` policy (``error``, ``worst``: a missing prediction
+    scores Dice 0 and the worst HD95, ``skip``: its case is left out); ``progress``: progress bars
+    on stderr while cases are read.
+
+    >>> DiscoveryOptions(max_groups=4).with_overrides(seed=3).seed
+    3
+    """
+
+    images: str | None = None
+    regions: str | None = None
+    hd95: bool = True
+    min_size: int | float = 10
+    max_groups: int = 8
+    error_weight: int = clustering.ERROR_WEIGHT
+    n_bootstrap: int = 1000
+    seed: int = 0
+    num_processes: int | None = None
+    folds: Sequence[int] | None = None
+    echo: Callable[[str], None] | None = None
+    name: str | None = None
+    missing: str = "error"
+    progress: bool = False
+
+    def with_overrides(self, **overrides: Any) -> DiscoveryOptions:
+        """A copy with ``overrides`` replaced; an unknown name is a TypeError."""
+        return _resolve(self, overrides, "with_overrides")
+
+
+def _resolve(options: DiscoveryOptions | None, overrides: dict[str, Any], function: str) -> DiscoveryOptions:
+    if options is not None and not isinstance(options, DiscoveryOptions):
+        raise TypeError(f"{function}(): options must be a DiscoveryOptions, not {type(options).__name__}")
+    names = {f.name for f in dataclasses.fields(DiscoveryOptions)}
+    unknown = [key for key in overrides if key not in names]
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+    base = options if options is not None else DiscoveryOptions()
+    return dataclasses.replace(base, **overrides) if overrides else base
+
+
+def discover(prediction: str, reference: str | None, output: str | None,
+             options: DiscoveryOptions | None = None, **overrides) -> dict:
     """Discover candidate hard subgroups; write the report folder ``output`` (None: compute only)
-    and return the summary written to ``groups.json``. ``name``: the predictions' name in messages
-    (default: the folder's name); ``missing``: the evaluation's ``--missing`` policy (``error``,
-    ``worst``: a missing prediction scores Dice 0 and the worst HD95, ``skip``: its case is left
-    out); ``progress``: progress bars on stderr while cases are read. ``min_size``: a count of
-    cases or a share (a float in (0, 1))."""
+    and return the summary written to ``groups.json``.
+
+    ``options`` is a :class:`DiscoveryOptions` (default: its defaults); keyword arguments named
+    like its fields override it (``discover(pred, ref, out, images="imagesTs")``), any other
+    keyword is a TypeError."""
     from nnunet_dro.evaluation.api import default_num_processes, evaluate
 
+    o = _resolve(options, overrides, "discover")
+    images, folds, echo, name = o.images, o.folds, o.echo, o.name
     echo = echo or (lambda text: print(text, file=sys.stderr))
     method = name or os.path.basename(os.path.normpath(prediction)) or METHOD
     if output is not None:
@@ -119,10 +169,10 @@ def discover(prediction: str, reference: str | None, output: str | None, *, imag
             raise UserError("--folds goes with a trainer folder as -pred")
         pred_files = list_segmentations(prediction, "prediction folder")
         source = f"{prediction} against {reference}"
-    processes = default_num_processes() if num_processes is None else num_processes
-    result = evaluate(reference, {method: prediction}, None, regions=regions,
-                      metrics=["dice", "hd95"] if hd95 else ["dice"], num_processes=processes, progress=progress,
-                      folds=folds, echo=echo, missing=missing)
+    processes = default_num_processes() if o.num_processes is None else o.num_processes
+    result = evaluate(reference, {method: prediction}, None, regions=o.regions,
+                      metrics=["dice", "hd95"] if o.hd95 else ["dice"], num_processes=processes,
+                      progress=o.progress, folds=folds, echo=echo, missing=o.missing)
     errors = features.error_features(result.per_case, method)
     cases = list(errors.index)
     ref_files = list_segmentations(reference, "reference folder")
@@ -133,7 +183,7 @@ def discover(prediction: str, reference: str | None, output: str | None, *, imag
 
     # the second read (volumes, intensities) takes as long as the scoring: a bar of its own, as evaluate's
     bar = tqdm(total=len(jobs), desc="Reading volumes and images", unit="case", file=sys.stderr,
-               disable=not progress, leave=False)
+               disable=not o.progress, leave=False)
     try:
         if processes > 1 and len(jobs) > 1:
             with Pool(min(processes, len(jobs))) as pool:
@@ -153,8 +203,8 @@ def discover(prediction: str, reference: str | None, output: str | None, *, imag
     if hardness is not None and not hardness.empty:
         hardness = hardness[hardness.index.isin(cases)]
     table = features.feature_table(errors, per_region, hardness)
-    summary, annotated = summarise(table, source=source, min_size=min_size, max_groups=max_groups,
-                                   error_weight=error_weight, n_bootstrap=n_bootstrap, seed=seed,
+    summary, annotated = summarise(table, source=source, min_size=o.min_size, max_groups=o.max_groups,
+                                   error_weight=o.error_weight, n_bootstrap=o.n_bootstrap, seed=o.seed,
                                    not_used=NOT_USED + ("" if images else " No images given (-i): no intensity "
                                                                           "features."))
     if summary.get("blocked"):

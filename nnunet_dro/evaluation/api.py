@@ -28,7 +28,7 @@ from nnunet_dro.evaluation import reports
 from nnunet_dro.evaluation.crossval import (SPLITS_FILE, CrossValidation, check_cases_in_reference,
                                             check_same_folds, dataset_labels_folder, describe_non_trainer_folder,
                                             gather_validation, is_trainer_folder, splits_file)
-from nnunet_dro.evaluation.groups import ALL, NOT_IN_TABLE, GroupAssignment, assign_groups
+from nnunet_dro.evaluation.groups import NOT_IN_TABLE, GroupAssignment, assign_groups, groupings
 from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
 from nnunet_dro.evaluation.disparity import disparity_table
 from nnunet_dro.evaluation.gallery import gallery_images, gallery_source
@@ -112,6 +112,23 @@ class _Inputs:
     nsd_tolerance: float
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """What the scoring, summary and comparison steps run over, fixed once the cases are read: the
+    methods (the first is the reference method), regions, metrics, percentiles, groups (columns and
+    their display order), bootstrap resamples and the empty and missing policies."""
+
+    methods: tuple[_Method, ...]
+    regions: tuple[Region, ...]
+    metrics: tuple[str, ...]
+    percentiles: tuple[float, ...]
+    group_columns: tuple[str, ...]
+    group_orders: Mapping[str, Sequence[str]]
+    n_bootstrap: int
+    empty: str
+    missing: str
+
+
 def check_inputs(reference: str, method_names: Sequence[str], output: str | None,
                  options: EvaluationOptions | None = None, *,
                  select_cases: Callable[[dict[str, str]], dict[str, str]] | None = None, **overrides) -> _Inputs:
@@ -179,8 +196,8 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
     ``labelsTr`` under ``$nnUNet_raw``.
     """
     options = resolve_options(options, overrides, "evaluate")
-    empty, missing, groups, n_bootstrap = options.empty, options.missing, options.groups, options.n_bootstrap
-    strict, progress, case_column, group_by = options.strict, options.progress, options.case_column, options.group_by
+    empty, missing, n_bootstrap = options.empty, options.missing, options.n_bootstrap
+    strict, progress = options.strict, options.progress
     warn = options.echo or (lambda text: print(text, file=sys.stderr))
     if output is not None:
         reports.check_report_folder(output)
@@ -214,13 +231,13 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
     _check_labels(spec, results, ref_files, methods)
     _check_regions_present(region_list, results, empty, strict, warn)
 
-    per_case = _score_cases(cases, methods, results, region_list, metrics, empty, missing, assignment)
     group_columns = assignment.column_names if assignment else []
     group_orders = assignment.order if assignment else {}
-    summary = _summarize(per_case, methods, region_list, metrics, percentiles, group_columns, group_orders,
-                         n_bootstrap)
-    comparison = (_compare(per_case, methods, region_list, metrics, percentiles, group_columns, group_orders,
-                           n_bootstrap) if len(methods) > 1 else None)
+    scope = _Scope(tuple(methods), tuple(region_list), tuple(metrics), tuple(percentiles), tuple(group_columns),
+                   group_orders, n_bootstrap, empty, missing)
+    per_case = _score_cases(cases, results, assignment, scope)
+    summary = _summarize(per_case, scope)
+    comparison = _compare(per_case, scope) if len(methods) > 1 else None
     disparity = (disparity_table(per_case, [m.name for m in methods], [r.name for r in region_list], metrics,
                                  group_columns, group_orders, n_bootstrap) if group_columns else None)
     policy_columns = {"empty_policy": empty, "missing_policy": missing}
@@ -231,8 +248,7 @@ def evaluate(reference: str | None, predictions: Mapping[str, str], output: str 
     if "note" in per_case:
         per_case["note"] = per_case.pop("note")  # last column, after the policies
 
-    settings = _settings(reference, methods, spec, region_list, metrics, percentiles, empty, missing, groups,
-                         case_column, group_by, n_bootstrap, num_processes, inputs.nsd_tolerance)
+    settings = _settings(reference, scope, inputs, options)
     if assignment is not None:
         case_report["groups"] = assignment.report()
     result = EvaluationResult(per_case=per_case, summary=summary, comparison=comparison, settings=settings,
@@ -518,7 +534,8 @@ def _check_labels(spec: RegionSpec, results: dict[str, CaseResult], ref_files: d
                                 f"(method {name}) is not among the labels {how} {sorted(declared)}")
 
 
-def _score_cases(cases, methods, results, regions, metrics, empty, missing, assignment) -> pd.DataFrame:
+def _score_cases(cases, results, assignment: GroupAssignment | None, scope: _Scope) -> pd.DataFrame:
+    methods, regions, metrics, empty, missing = scope.methods, scope.regions, scope.metrics, scope.empty, scope.missing
     rows = []
     for m in methods:
         for case in cases:
@@ -613,28 +630,21 @@ def _summary_scores(m: _Method, case: str, region: Region, metrics, empty):
         yield metric, value, note
 
 
-def _groupings(group_columns, group_orders):
-    """(group_column, group, case filter column or None) in display order, 'all' first."""
-    yield ALL, ALL, None
-    for column in group_columns:
-        for group in group_orders[column]:
-            yield column, group, column
-
-
-def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, group_orders,
-               n_bootstrap: int = 0) -> pd.DataFrame:
+def _summarize(per_case, scope: _Scope) -> pd.DataFrame:
     """Statistics per method, group, region and metric (tails by the metric's direction).
 
     ``same_cases``: whether every method was scored on the same cases in that group and region
     (not so under ``--missing skip`` with a missing prediction, or ``--empty nan`` where only some
     methods left a region empty): only then does a report mark a winner.
     """
+    methods, regions, metrics, percentiles = scope.methods, scope.regions, scope.metrics, scope.percentiles
+    group_columns, group_orders, n_bootstrap = scope.group_columns, scope.group_orders, scope.n_bootstrap
     rows = []
     scored: dict[tuple, set] = {}  # (metric, group_column, group, region) -> the case sets of the methods
     indexed = {key: frame for key, frame in per_case.groupby(["metric", "method", "region"], sort=False)}
     for metric in metrics:
         higher = METRIC_INFO[metric].higher_is_better
-        for group_column, group, column in _groupings(group_columns, group_orders):
+        for group_column, group, column in groupings(group_columns, group_orders):
             for m in methods:
                 for region in regions:
                     frame = indexed.get((metric, m.name, region.name))
@@ -665,18 +675,19 @@ def _summarize(per_case, methods, regions, metrics, percentiles, group_columns, 
     return pd.DataFrame(rows, columns=columns)
 
 
-def _compare(per_case, methods, regions, metrics, percentiles, group_columns, group_orders,
-             n_bootstrap) -> pd.DataFrame:
+def _compare(per_case, scope: _Scope) -> pd.DataFrame:
     """Paired comparison of each method against the first, per group, region and metric.
 
     Holm's adjustment runs over all comparisons of the same metric (every method, group and region).
     """
+    methods, regions, metrics, percentiles = scope.methods, scope.regions, scope.metrics, scope.percentiles
+    group_columns, group_orders, n_bootstrap = scope.group_columns, scope.group_orders, scope.n_bootstrap
     base = methods[0].name
     rows = []
     for metric in metrics:
         higher = METRIC_INFO[metric].higher_is_better
         family_start = len(rows)
-        for group_column, group, column in _groupings(group_columns, group_orders):
+        for group_column, group, column in groupings(group_columns, group_orders):
             frame = per_case[per_case["metric"] == metric]
             if column is not None:
                 frame = frame[frame[column] == group]
@@ -720,9 +731,14 @@ def _compare(per_case, methods, regions, metrics, percentiles, group_columns, gr
     return pd.DataFrame(rows)
 
 
-def _settings(reference, methods, spec, regions, metrics, percentiles, empty, missing, groups, case_column,
-              group_by, n_bootstrap, num_processes, nsd_tolerance) -> dict:
+def _settings(reference, scope: _Scope, inputs: _Inputs, options: EvaluationOptions) -> dict:
+    """``summary.json``'s settings: what was scored (``scope``), how the inputs were read (``inputs``:
+    region spec, processes, NSD tolerance) and the group table of ``options``."""
     import importlib.metadata as md
+
+    methods, regions, metrics, percentiles = scope.methods, scope.regions, scope.metrics, scope.percentiles
+    empty, missing, spec = scope.empty, scope.missing, inputs.spec
+    groups, case_column, group_by = options.groups, options.case_column, options.group_by
 
     def version(package):
         try:
@@ -744,7 +760,7 @@ def _settings(reference, methods, spec, regions, metrics, percentiles, empty, mi
         "units": {m: METRIC_INFO[m].unit for m in metrics},
         "directions": {m: "higher is better" if METRIC_INFO[m].higher_is_better else "lower is better"
                        for m in metrics},
-        "nsd_tolerance_mm": nsd_tolerance if "nsd" in metrics else None,
+        "nsd_tolerance_mm": inputs.nsd_tolerance if "nsd" in metrics else None,
         "nsd": NSD_TEXT,
         "topology": TOPOLOGY_TEXT,
         "percentiles": list(percentiles),
@@ -776,8 +792,8 @@ def _settings(reference, methods, spec, regions, metrics, percentiles, empty, mi
         "group_table": os.path.abspath(groups) if groups else None,
         "case_column": case_column,
         "group_by": list(group_by) if group_by else None,
-        "n_bootstrap": n_bootstrap,
-        "num_processes": num_processes,
+        "n_bootstrap": scope.n_bootstrap,
+        "num_processes": inputs.num_processes,
         "versions": {p: version(p) for p in ("nnunet_dro", "nnunetv2", "numpy", "scipy", "pandas", "SimpleITK",
                                              "nibabel")},
     }

@@ -34,6 +34,18 @@ from nnunet_dro.evaluation.io import split_case_id
 from nnunet_dro.tables import read_case_table
 
 ALL = "all"
+
+
+def groupings(group_columns, group_orders):
+    """(group_column, group, case filter column or None) in display order, ``all`` first.
+
+    >>> list(groupings(["site"], {"site": ["A", "B"]}))
+    [('all', 'all', None), ('site', 'A', 'site'), ('site', 'B', 'site')]
+    """
+    yield ALL, ALL, None
+    for column in group_columns:
+        for group in group_orders[column]:
+            yield column, group, column
 NOT_IN_TABLE = "(not in table)"
 EXAMPLES = 3
 

@@ -33,6 +33,7 @@ import pandas as pd
 
 from nnunet_dro.atomic import atomic_path, can_replace_folder, check_output_folder, replaced_folder
 from nnunet_dro.errors import UserError
+from nnunet_dro.evaluation.formatting import fmt, interval_text, is_missing, json_default, json_value
 from nnunet_dro.evaluation.groups import ALL
 from nnunet_dro.evaluation.html_report import write_gallery_and_html
 from nnunet_dro.evaluation.metrics import METRIC_INFO
@@ -140,22 +141,13 @@ def _records(frame: pd.DataFrame | None) -> list[dict] | None:
     if frame is None:
         return None
     # NaN is not JSON: write null (statistics of groups without values, p-values without pairs)
-    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-            for row in frame.to_dict(orient="records")]
+    return [{k: json_value(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
 
 
 def summary_json(result: EvaluationResult) -> str:
     content = {"settings": result.settings, "cases": result.cases, "summary": _records(result.summary),
                "comparison": _records(result.comparison), "disparity": _records(result.disparity)}
-    return json.dumps(content, indent=2, allow_nan=False, default=_json_default) + "\n"
-
-
-def _json_default(value):
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return None if np.isnan(value) else float(value)
-    raise TypeError(type(value))
+    return json.dumps(content, indent=2, allow_nan=False, default=json_default) + "\n"
 
 
 def policy_line(result: EvaluationResult) -> str:
@@ -184,9 +176,7 @@ def _ranked(column: str) -> bool:
 def _format(value, metric: str, column: str) -> str:
     if column == "n":
         return str(int(value))
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.{_decimals(metric)}f}"
+    return fmt(value, _decimals(metric))
 
 
 def _table_blocks(result: EvaluationResult):
@@ -249,9 +239,8 @@ def _signed(value, metric: str) -> str:
 
 def _difference_cell(row, column: str, metric: str) -> str:
     text = _signed(row[column], metric)
-    low, high = row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
-    if text != "n/a" and low is not None and not (isinstance(low, float) and math.isnan(low)):
-        text += f" [{_signed(low, metric)}, {_signed(high, metric)}]"
+    if text != "n/a":
+        text = _with_interval(text, row, column, lambda v: _signed(v, metric))
     return text
 
 
@@ -338,16 +327,18 @@ def _direction_text(metric: str) -> str:
     return f"{metric}: {'higher' if METRIC_INFO[metric].higher_is_better else 'lower'} is better"
 
 
+def _with_interval(text: str, row, column: str, show) -> str:
+    """``text`` followed by the interval of ``column`` (``<column>_ci_low`` / ``_high``) where the row has one."""
+    low, high = row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
+    return text if is_missing(low) else f"{text} {interval_text(low, high, show)}"
+
+
 def _interval_text(row, column: str, metric: str, signed: bool = False) -> str:
     value = row.get(column)
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if is_missing(value):
         return "n/a"
     show = (lambda v: _signed(v, metric)) if signed else (lambda v: f"{v:.{_decimals(metric)}f}")
-    text = show(value)
-    low, high = row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
-    if low is not None and not (isinstance(low, float) and math.isnan(low)):
-        text += f" [{show(low)}, {show(high)}]"
-    return text
+    return _with_interval(show(value), row, column, show)
 
 
 def disparity_markdown(result: EvaluationResult, metrics: list[str] | None = None) -> list[str]:

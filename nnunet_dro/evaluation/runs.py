@@ -44,6 +44,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from nnunet_dro.evaluation.formatting import fmt as _fmt, interval_text, json_value
+from nnunet_dro.evaluation.groups import groupings
 from nnunet_dro.evaluation.metrics import METRIC_INFO
 
 CONFIDENCE = 0.95
@@ -294,18 +296,25 @@ def run_label(method: str, k: int) -> str:
     return f"{method}{RUN_SEPARATOR}{k}"
 
 
-def _groupings(group_columns: Sequence[str], group_orders: Mapping[str, Sequence[str]]):
-    yield "all", "all"
-    for column in group_columns:
-        for group in group_orders[column]:
-            yield column, group
+@dataclass(frozen=True)
+class _Cell:
+    """Where a row of ``runs.csv`` belongs: shared by every method, difference and statistic of it."""
+
+    group_column: str
+    group: str
+    region: str
+    metric: str
+    paired: bool
+    n_cases: int
 
 
-def _row(kind, method, reference, group_column, group, region, metric, statistic, paired, n_runs, n_ref, n_cases,
-         interval: Interval, note: str) -> dict:
-    row = dict(kind=kind, method=method, reference_method=reference, group_column=group_column, group=group,
-               region=region, metric=metric, statistic=statistic, paired=paired, n_runs=n_runs,
-               n_runs_reference=n_ref, n_cases=n_cases, point=interval.point,
+def _row(cell: _Cell, method: str, statistic: str, interval: Interval, note: str, *, n_runs: int,
+         reference: str = "", n_ref: int | None = None) -> dict:
+    """One row of ``runs.csv``: a method over its runs, or (with a ``reference``) its difference with it."""
+    row = dict(kind="difference" if reference else "method", method=method, reference_method=reference,
+               group_column=cell.group_column, group=cell.group, region=cell.region, metric=cell.metric,
+               statistic=statistic, paired=cell.paired, n_runs=n_runs,
+               n_runs_reference=n_ref, n_cases=cell.n_cases, point=interval.point,
                ci_runs_low=interval.ci_runs[0], ci_runs_high=interval.ci_runs[1],
                ci_cases_low=interval.ci_cases[0], ci_cases_high=interval.ci_cases[1],
                ci_seeds_t_low=float("nan"), ci_seeds_t_high=float("nan"), positive_seeds=None,
@@ -334,20 +343,19 @@ def runs_table(per_case: pd.DataFrame, method_runs: Mapping[str, Sequence[str]],
     for metric in metrics:
         by_metric = per_case[per_case["metric"] == metric]
         higher = METRIC_INFO[metric].higher_is_better if metric in METRIC_INFO else True
-        for group_column, group in _groupings(group_columns, group_orders or {}):
+        for group_column, group, _ in groupings(group_columns, group_orders or {}):
             selected = by_metric if group_column == "all" else by_metric[by_metric[group_column] == group]
             for region in regions:
                 wide = selected[selected["region"] == region].pivot(index="method", columns="case", values="value")
                 wide = wide.reindex(columns=sorted(wide.columns))
                 matrices = {m: wide.reindex(index=list(method_runs[m])).to_numpy(float) for m in names}
-                n_cases = int(wide.shape[1])
-                where = (group_column, group, region, metric)
+                cell = _Cell(group_column, group, region, metric, paired, int(wide.shape[1]))
                 for m in names:
                     k = len(method_runs[m])
                     note = "" if k > 1 else "1 run: no interval over runs"
                     for s, interval in bootstrap_method(matrices[m], statistics, n_bootstrap, seed=seed,
                                                         higher_is_better=higher).items():
-                        rows.append(_row("method", m, "", *where, s, paired, k, None, n_cases, interval, note))
+                        rows.append(_row(cell, m, s, interval, note, n_runs=k))
                 for m in names[1:]:
                     k, kb = len(method_runs[m]), len(method_runs[base])
                     if paired:
@@ -359,23 +367,15 @@ def runs_table(per_case: pd.DataFrame, method_runs: Mapping[str, Sequence[str]],
                     intervals = bootstrap_difference(matrices[m], matrices[base], statistics, paired=paired,
                                                      n_bootstrap=n_bootstrap, seed=seed, higher_is_better=higher)
                     for s, interval in intervals.items():
-                        rows.append(_row("difference", m, base, *where, s, paired, k, kb, n_cases, interval, note))
+                        rows.append(_row(cell, m, s, interval, note, n_runs=k, reference=base, n_ref=kb))
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     for column in ("n_runs_reference", "positive_seeds", "negative_seeds", "zero_seeds"):
         table[column] = table[column].astype("Int64")
     return table
 
 
-def _fmt(value, decimals: int, signed: bool = False) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return "n/a"
-    return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
-
-
 def _interval_text(low, high, decimals: int, signed: bool) -> str:
-    if low is None or np.isnan(low):
-        return "n/a"
-    return f"[{_fmt(low, decimals, signed)}, {_fmt(high, decimals, signed)}]"
+    return interval_text(low, high, lambda v: _fmt(v, decimals, signed))
 
 
 def _signs_text(row) -> str:
@@ -473,18 +473,12 @@ class RunsReport:
 
     def json_text(self) -> str:
         import json
-        import math
 
-        def plain(v):
-            if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-                return None  # NaN is not JSON
-            return int(v) if isinstance(v, np.integer) else (bool(v) if isinstance(v, np.bool_) else v)
-
-        records = [{k: plain(v) for k, v in row.items()}
+        records = [{k: json_value(v) for k, v in row.items()}
                    for row in self.table.astype(object).to_dict(orient="records")]
         for record in records:
             values = [float(v) for v in record["per_run"].split(";")] if record["per_run"] else []
-            record["per_run"] = [None if math.isnan(v) else v for v in values]
+            record["per_run"] = [json_value(v) for v in values]
         return json.dumps({"settings": self.settings, "statistics": records}, indent=2, allow_nan=False) + "\n"
 
     def write(self, folder) -> None:

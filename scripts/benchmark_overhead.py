@@ -134,6 +134,7 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(args.threads)
     from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
+
     from nnunet_dro.lab.variants import LAB_VARIANTS
     from nnunet_dro.training.registry import BASES, TRAINERS
 

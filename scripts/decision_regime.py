@@ -16,8 +16,17 @@ import sys
 import time
 from pathlib import Path
 
-from nnunet_dro.lab.regime import (ARMS, BASELINE, LATER_ARMS, Scheduler, job_list, finished, pinned_runner,
-                                   report_arms, report_command)
+from nnunet_dro.lab.regime import (
+    ARMS,
+    BASELINE,
+    LATER_ARMS,
+    Scheduler,
+    finished,
+    job_list,
+    pinned_runner,
+    report_arms,
+    report_command,
+)
 
 RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record" / "decision40_24_200"
 

@@ -343,9 +343,10 @@ class GPUCheck:
                 d["text"] = self.kill_and_resume()
 
     def check_environment(self) -> str:
-        import torch
-        import nnunetv2  # noqa: F401
         from importlib.metadata import version
+
+        import nnunetv2  # noqa: F401
+        import torch
 
         if self.device == "cuda" and not torch.cuda.is_available():
             raise StepFailed("-device cuda but torch.cuda.is_available() is False")

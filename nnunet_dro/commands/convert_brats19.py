@@ -4,8 +4,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nnunet_dro.commands.dataset_options import (add_dataset_arguments, add_test_split_arguments,
-                                                 conversion_options, input_dir_argument)
+from nnunet_dro.commands.dataset_options import (
+    add_dataset_arguments,
+    add_test_split_arguments,
+    conversion_options,
+    input_dir_argument,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

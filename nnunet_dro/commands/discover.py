@@ -72,9 +72,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnunet_dro.discovery.api import DiscoveryOptions, discover
-
     from nnunet_dro.commands.evaluate import parse_predictions
+    from nnunet_dro.discovery.api import DiscoveryOptions, discover
 
     (name, prediction), = parse_predictions([args.pred]).items()
     options = DiscoveryOptions(name=name, images=args.images, regions=args.regions, hd95=not args.no_hd95,

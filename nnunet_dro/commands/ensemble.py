@@ -12,8 +12,12 @@ from __future__ import annotations
 import argparse
 
 from nnunet_dro.commands.arg_types import dataset_id_or_name, positive_int
-from nnunet_dro.commands.evaluation_options import (add_group_arguments, add_reference_argument, add_scoring_arguments,
-                                                    evaluation_options)
+from nnunet_dro.commands.evaluation_options import (
+    add_group_arguments,
+    add_reference_argument,
+    add_scoring_arguments,
+    evaluation_options,
+)
 
 
 def register(subparsers) -> None:
@@ -60,8 +64,13 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.evaluation.api import default_num_processes
-    from nnunet_dro.workflows.ensemble import (EnsemblePlan, PredictionSettings, parse_combinations, parse_members,
-                                               run_ensemble)
+    from nnunet_dro.workflows.ensemble import (
+        EnsemblePlan,
+        PredictionSettings,
+        parse_combinations,
+        parse_members,
+        run_ensemble,
+    )
     from nnunet_dro.workflows.nnunet_commands import nnunet_environment
 
     members = parse_members(args.trainers)

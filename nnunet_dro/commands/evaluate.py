@@ -18,8 +18,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from nnunet_dro.commands.arg_types import non_negative_int, positive_int
-from nnunet_dro.commands.evaluation_options import (add_group_arguments, add_reference_argument, add_scoring_arguments,
-                                                    evaluation_options)
+from nnunet_dro.commands.evaluation_options import (
+    add_group_arguments,
+    add_reference_argument,
+    add_scoring_arguments,
+    evaluation_options,
+)
 from nnunet_dro.errors import UserError
 
 if TYPE_CHECKING:

@@ -52,9 +52,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nnunet_dro.workflows.jtt import write_jtt_table
-
     from nnunet_dro.commands.evaluate import parse_predictions
+    from nnunet_dro.workflows.jtt import write_jtt_table
 
     (name, prediction), = parse_predictions([args.pred]).items()
     write_jtt_table(prediction, args.output, reference=args.ref, fraction=args.fraction, rule=args.rule,

@@ -29,9 +29,16 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from nnunet_dro.data.raw_dataset import (TEST, TRAIN, check_complete_files, check_label_values,
-                                         check_raw_dataset_output, raw_dataset_output, read_image_info,
-                                         read_label_array)
+from nnunet_dro.data.raw_dataset import (
+    TEST,
+    TRAIN,
+    check_complete_files,
+    check_label_values,
+    check_raw_dataset_output,
+    raw_dataset_output,
+    read_image_info,
+    read_label_array,
+)
 from nnunet_dro.data.splits import choose_test_cases
 from nnunet_dro.errors import UserError
 
@@ -170,8 +177,7 @@ def _subgroup_rows(cases: Sequence[BratsCase], mapping: pd.DataFrame | None,
 
 def _convert_label(source: Path, target: Path) -> None:
     """nnU-Net's own label conversion, with its bare RuntimeError turned into a named error."""
-    from nnunetv2.dataset_conversion.Dataset137_BraTS21 import \
-        copy_BraTS_segmentation_and_convert_labels_to_nnUNet
+    from nnunetv2.dataset_conversion.Dataset137_BraTS21 import copy_BraTS_segmentation_and_convert_labels_to_nnUNet
     try:
         copy_BraTS_segmentation_and_convert_labels_to_nnUNet(str(source), str(target))
     except RuntimeError:

@@ -27,10 +27,17 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from nnunet_dro.data.raw_dataset import (TEST, TRAIN, check_complete_files, check_label_values,
-                                         check_raw_dataset_output,
-                                         label_image_like, raw_dataset_output, read_image_info,
-                                         read_label_array)
+from nnunet_dro.data.raw_dataset import (
+    TEST,
+    TRAIN,
+    check_complete_files,
+    check_label_values,
+    check_raw_dataset_output,
+    label_image_like,
+    raw_dataset_output,
+    read_image_info,
+    read_label_array,
+)
 from nnunet_dro.data.splits import choose_test_cases
 from nnunet_dro.data.subgroups import read_subgroups
 from nnunet_dro.errors import UserError

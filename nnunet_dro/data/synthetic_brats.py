@@ -28,9 +28,17 @@ from typing import Callable, Mapping
 import numpy as np
 
 from nnunet_dro.data.brats import CHANNEL_NAMES, REGION_LABELS, REGIONS_CLASS_ORDER, legacy_to_nnunet
-from nnunet_dro.data.synthetic_common import (SyntheticCase, assign_groups, case_rng,
-                                              check_cohort_size, ellipsoid, finish_intensity,
-                                              grid, random_warp, write_cohort)
+from nnunet_dro.data.synthetic_common import (
+    SyntheticCase,
+    assign_groups,
+    case_rng,
+    check_cohort_size,
+    ellipsoid,
+    finish_intensity,
+    grid,
+    random_warp,
+    write_cohort,
+)
 
 SITES = ("site_A", "site_B", "site_C")
 DEFAULT_TRAIN_FRACTIONS = {"site_A": 0.55, "site_B": 0.40, "site_C": 0.05}

@@ -42,9 +42,17 @@ import numpy as np
 from scipy import ndimage
 
 from nnunet_dro.data.feta import FETA_LABELS
-from nnunet_dro.data.synthetic_common import (SyntheticCase, assign_groups, case_rng,
-                                              check_cohort_size, ellipsoid, finish_intensity,
-                                              grid, random_warp, write_cohort)
+from nnunet_dro.data.synthetic_common import (
+    SyntheticCase,
+    assign_groups,
+    case_rng,
+    check_cohort_size,
+    ellipsoid,
+    finish_intensity,
+    grid,
+    random_warp,
+    write_cohort,
+)
 
 CONDITIONS = ("control", "spina_bifida", "other")
 DEFAULT_TRAIN_FRACTIONS = {"control": 0.80, "spina_bifida": 0.12, "other": 0.08}

@@ -25,23 +25,51 @@ import pandas as pd
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import reports
-from nnunet_dro.evaluation.crossval import (SPLITS_FILE, CrossValidation, check_cases_in_reference,
-                                            check_same_folds, dataset_labels_folder, describe_non_trainer_folder,
-                                            gather_validation, is_trainer_folder, splits_file)
-from nnunet_dro.evaluation.groups import NOT_IN_TABLE, GroupAssignment, assign_groups, groupings
-from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
+from nnunet_dro.evaluation.crossval import (
+    SPLITS_FILE,
+    CrossValidation,
+    check_cases_in_reference,
+    check_same_folds,
+    dataset_labels_folder,
+    describe_non_trainer_folder,
+    gather_validation,
+    is_trainer_folder,
+    splits_file,
+)
 from nnunet_dro.evaluation.disparity import disparity_table
 from nnunet_dro.evaluation.gallery import gallery_images, gallery_source
-from nnunet_dro.evaluation.metrics import (MASK_METRICS, METRIC_INFO, TOPOLOGY_METRICS, CaseResult, CaseTask,
-                                           dice_percent, evaluate_case, hd95_empty_value, region_counts,
-                                           topology_errors, volume_similarity_percent)
+from nnunet_dro.evaluation.groups import NOT_IN_TABLE, GroupAssignment, assign_groups, groupings
+from nnunet_dro.evaluation.io import SummaryCounts, list_segmentations, load_nnunet_summary
+from nnunet_dro.evaluation.metrics import (
+    MASK_METRICS,
+    METRIC_INFO,
+    TOPOLOGY_METRICS,
+    CaseResult,
+    CaseTask,
+    dice_percent,
+    evaluate_case,
+    hd95_empty_value,
+    region_counts,
+    topology_errors,
+    volume_similarity_percent,
+)
 from nnunet_dro.evaluation.options import EvaluationOptions, resolve_options
 from nnunet_dro.evaluation.regions import Region, RegionSpec, default_regions, resolve_regions
 from nnunet_dro.evaluation.result import EvaluationResult
-from nnunet_dro.evaluation.stats import (CVAR_COLUMN, bootstrap_cvar_difference, bootstrap_mean_difference,
-                                         bootstrap_percentile_difference, bootstrap_summary_intervals, cvar, holm,
-                                         paired_wilcoxon, percentile_column, summarize, tail_quantile,
-                                         wilcoxon_can_reach)
+from nnunet_dro.evaluation.stats import (
+    CVAR_COLUMN,
+    bootstrap_cvar_difference,
+    bootstrap_mean_difference,
+    bootstrap_percentile_difference,
+    bootstrap_summary_intervals,
+    cvar,
+    holm,
+    paired_wilcoxon,
+    percentile_column,
+    summarize,
+    tail_quantile,
+    wilcoxon_can_reach,
+)
 
 RESERVED_COLUMNS = ("method", "case", "region", "metric", "value", "note", "empty_policy", "missing_policy",
                     "group_column", "group")
@@ -392,7 +420,7 @@ def _check_matching(m: _Method, ref_files: dict[str, str], absent: list[str], ex
     another name, are an error whatever ``--missing`` says: scoring them as missing would report
     Dice 0 for a method that was never evaluated (or leave it with n = 0)."""
     looks_like_images = [name for name in extra if CHANNEL_SUFFIX.search(name)]
-    what = (f"; they look like nnU-Net input images (CASE_0000), not predictions" if looks_like_images
+    what = ("; they look like nnU-Net input images (CASE_0000), not predictions" if looks_like_images
             and len(looks_like_images) == len(extra) else "")
     if not set(ref_files) & m.cases:
         raise UserError(f"-pred {m.name}={m.source}: none of its {len(m.cases)} file(s) matches a reference case "

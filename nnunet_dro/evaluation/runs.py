@@ -44,7 +44,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from nnunet_dro.evaluation.formatting import fmt as _fmt, interval_text, json_value
+from nnunet_dro.evaluation.formatting import fmt as _fmt
+from nnunet_dro.evaluation.formatting import interval_text, json_value
 from nnunet_dro.evaluation.groups import groupings
 from nnunet_dro.evaluation.metrics import METRIC_INFO
 

@@ -56,17 +56,44 @@ from nnunet_dro.atomic import atomic_path, write_text_atomic
 from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
-from nnunet_dro.lab.benchmark_analysis import (BASELINE, DEFAULT_ARMS, against_section, hardest_regions,
-                                                     further_test_section,
-                                                     label_noise_section, learning_time_section, markdown_report,
-                                                     p10_interval_section,
-                                                     p10_intervals, paired_comparison, parse_arms, parse_seeds,
-                                                     plot_tradeoff, summary_by_seed, summary_over_seeds,
-                                                     targets_check, terminal_report, training_fit,
-                                                     training_fit_section)
+from nnunet_dro.lab.benchmark_analysis import (
+    BASELINE,
+    DEFAULT_ARMS,
+    against_section,
+    further_test_section,
+    hardest_regions,
+    label_noise_section,
+    learning_time_section,
+    markdown_report,
+    p10_interval_section,
+    p10_intervals,
+    paired_comparison,
+    parse_arms,
+    parse_seeds,
+    plot_tradeoff,
+    summary_by_seed,
+    summary_over_seeds,
+    targets_check,
+    terminal_report,
+    training_fit,
+    training_fit_section,
+)
+from nnunet_dro.lab.pipeline import (
+    ARM_TRAINERS,
+    AUDIT_EXCLUDED_RECORD,
+    FURTHER_RESULTS,
+    JTT_ARM,
+    JTT_SETTINGS,
+    PLANS,
+    Budget,
+    Cohort,
+    Workspace,
+    arm_run,
+    convergence_line,
+    folder_lock,
+    progress_filter,
+)
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_FILENAME
-from nnunet_dro.lab.pipeline import (ARM_TRAINERS, AUDIT_EXCLUDED_RECORD, FURTHER_RESULTS, JTT_ARM, JTT_SETTINGS, PLANS,
-                                     Budget, Cohort, Workspace, arm_run, convergence_line, folder_lock, progress_filter)
 
 DATASET_ID = 991
 DATASET_NAME = "SyntheticFetalBenchmark"

@@ -14,9 +14,15 @@ import pandas as pd
 from nnunet_dro.atomic import atomic_path
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.stats import bootstrap_percentile_difference, holm, paired_wilcoxon
+from nnunet_dro.lab.pipeline import (
+    ARM_TRAINERS,
+    BASELINE_ARM,
+    CONVERGED_DICE,
+    GROUP_COLUMN,
+    MAJORITY_GROUP,
+    MINORITY_GROUPS,
+)
 from nnunet_dro.training.stability import budget_is_tight
-from nnunet_dro.lab.pipeline import (ARM_TRAINERS, BASELINE_ARM, CONVERGED_DICE, GROUP_COLUMN,
-                                           MAJORITY_GROUP, MINORITY_GROUPS)
 
 #: ERM, the paper's fixed beta, the default scale-free trainer (f 0.5, no importance weights, cap 5 / n)
 #: and the uncapped trainer at three constraints (the grid of docs/evidence.md; with importance weights

@@ -38,10 +38,13 @@ from dataclasses import replace
 
 import torch
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
-from nnunetv2.training.nnUNetTrainer.variants.loss.nnUNetTrainerTopkLoss import (nnUNetTrainerDiceTopK10Loss,
-                                                                                 nnUNetTrainerTopk10Loss)
-from nnunetv2.training.nnUNetTrainer.variants.sampling.nnUNetTrainer_probabilisticOversampling import \
-    nnUNetTrainer_probabilisticOversampling_033
+from nnunetv2.training.nnUNetTrainer.variants.loss.nnUNetTrainerTopkLoss import (
+    nnUNetTrainerDiceTopK10Loss,
+    nnUNetTrainerTopk10Loss,
+)
+from nnunetv2.training.nnUNetTrainer.variants.sampling.nnUNetTrainer_probabilisticOversampling import (
+    nnUNetTrainer_probabilisticOversampling_033,
+)
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager
 
 from nnunet_dro.lab.variants import LAB_VARIANTS

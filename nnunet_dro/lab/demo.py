@@ -31,10 +31,19 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from nnunet_dro.lab.pipeline import (
+    ARM_TRAINERS,
+    GROUP_COLUMN,
+    MAJORITY_GROUP,
+    MINORITY_GROUPS,
+    REGIONS,
+    Budget,
+    Cohort,
+    Workspace,
+    convergence_line,
+    progress_filter,
+)
 from nnunet_dro.training.stability import budget_is_tight
-
-from nnunet_dro.lab.pipeline import (ARM_TRAINERS, GROUP_COLUMN, MAJORITY_GROUP, MINORITY_GROUPS, REGIONS,
-                                           Budget, Cohort, Workspace, convergence_line, progress_filter)
 
 DATASET_ID = 990
 DATASET_NAME = "SyntheticFetalDemo"

@@ -42,8 +42,16 @@ from nnunet_dro.lab.budget import BUDGET_TRAINERS, SEED_ENV, THREADS_ENV, arm_na
 from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_ENV, CASE_WEIGHTS_FILENAME
 from nnunet_dro.training.short_run import SHORT_RUN_ENV, short_run_value
-from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, START_EPOCH, THRESHOLD, all_learned_epoch,
-                                          collapsed_epochs, learning_time_text, lost_epochs)
+from nnunet_dro.training.stability import (
+    ALL_LEARNED,
+    LEARNED,
+    START_EPOCH,
+    THRESHOLD,
+    all_learned_epoch,
+    collapsed_epochs,
+    learning_time_text,
+    lost_epochs,
+)
 from nnunet_dro.weighting.hardness import UNIFORM_BETA
 from nnunet_dro.workflows.ensemble import PredictionSettings, predict
 from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet

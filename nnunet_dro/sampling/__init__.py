@@ -6,8 +6,7 @@
 ...     s.update(idx, [0.5, 0.7])
 """
 from nnunet_dro.sampling.distributed import all_gather_updates
-from nnunet_dro.sampling.distributions import (effective_sample_size, entropy, kl_dro_objective,
-                                               kl_dro_probabilities)
+from nnunet_dro.sampling.distributions import effective_sample_size, entropy, kl_dro_objective, kl_dro_probabilities
 from nnunet_dro.sampling.hardness import HardnessWeightedSampler
 
 __all__ = ["HardnessWeightedSampler", "all_gather_updates", "kl_dro_probabilities",

@@ -35,10 +35,25 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from nnunet_dro.sampling.distributions import (chi2_dro_probabilities, clip_log_weights, effective_sample_size,
-                                               entropy, hardest)
-from nnunet_dro.sampling.storage import (BETA, CEILING, CENTRE, NUM_SKIPPED, NUM_UPDATES, SEQUENCE, TRIM_ABOVE,
-                                         TRIM_TO, WARMUP, SamplerStorage)
+from nnunet_dro.sampling.distributions import (
+    chi2_dro_probabilities,
+    clip_log_weights,
+    effective_sample_size,
+    entropy,
+    hardest,
+)
+from nnunet_dro.sampling.storage import (
+    BETA,
+    CEILING,
+    CENTRE,
+    NUM_SKIPPED,
+    NUM_UPDATES,
+    SEQUENCE,
+    TRIM_ABOVE,
+    TRIM_TO,
+    WARMUP,
+    SamplerStorage,
+)
 from nnunet_dro.sampling.temperature import NO_TRIM, capped_softmax, effective_losses
 
 # Re-centre when beta * (L - c) would exceed this (exp(300) ~ 2e130: sums of 1e7 of them stay

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import List, Sequence, Tuple, Union
 
 import numpy as np
-
 from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
 from nnunetv2.training.dataloading.nnunet_dataset import nnUNetBaseDataset
 from nnunetv2.utilities.label_handling.label_handling import LabelManager

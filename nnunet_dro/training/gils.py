@@ -36,9 +36,8 @@ from typing import List, Optional
 
 import numpy as np
 import torch
-from torch import autocast, nn
-
 from nnunetv2.utilities.helpers import dummy_context
+from torch import autocast, nn
 
 from nnunet_dro.training.feature_ascent import GILSSettings, ascend_features
 from nnunet_dro.training.losses import PerSampleDCandCELoss, PerSampleDeepSupervisionLoss

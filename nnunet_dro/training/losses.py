@@ -43,11 +43,10 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torch._dynamo import OptimizedModule
-
 from nnunetv2.training.loss.compound_losses import DC_and_BCE_loss, DC_and_CE_loss
 from nnunetv2.training.loss.deep_supervision import DeepSupervisionWrapper
+from torch import nn
+from torch._dynamo import OptimizedModule
 
 TensorOrList = Union[torch.Tensor, Sequence[torch.Tensor]]
 

@@ -49,8 +49,11 @@ from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 from nnunetv2.utilities.dataset_name_id_conversion import maybe_convert_to_dataset_name  # noqa: F401 (export)
 from nnunetv2.utilities.default_n_proc_DA import get_allowed_n_proc_DA
 from nnunetv2.utilities.file_path_utilities import (  # noqa: F401 (nnunet_dro.workflows.export)
-    convert_ensemble_folder_to_model_identifiers_and_folds, convert_identifier_to_trainer_plans_config,
-    convert_trainer_plans_config_to_identifier, folds_tuple_to_string)
+    convert_ensemble_folder_to_model_identifiers_and_folds,
+    convert_identifier_to_trainer_plans_config,
+    convert_trainer_plans_config_to_identifier,
+    folds_tuple_to_string,
+)
 from nnunetv2.utilities.find_class_by_name import recursive_find_python_class
 from nnunetv2.utilities.label_handling.label_handling import determine_num_input_channels
 from nnunetv2.utilities.plans_handling.plans_handler import ConfigurationManager, PlansManager

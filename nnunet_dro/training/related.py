@@ -27,14 +27,13 @@ from typing import List, Sequence
 import numpy as np
 import torch
 from batchgenerators.dataloading.single_threaded_augmenter import SingleThreadedAugmenter
-from torch import autocast
-
 from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
 from nnunetv2.utilities.helpers import dummy_context
+from torch import autocast
 
+from nnunet_dro.training.trainer import nnUNetTrainerCaseWeighting, nnUNetTrainerDRO, nnUNetTrainerPerSampleLoss
 from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
 from nnunet_dro.weighting.settings import Chi2HardnessSettings, ImportanceSettings, KLReweightSettings
-from nnunet_dro.training.trainer import nnUNetTrainerCaseWeighting, nnUNetTrainerDRO, nnUNetTrainerPerSampleLoss
 
 
 # ------------------------------------------------------------ Fidon et al. 2020: chi-square DRO

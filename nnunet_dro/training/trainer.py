@@ -50,32 +50,67 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 import torch
 from batchgenerators.utilities.file_and_folder_operations import join
-from torch import autocast, nn
-
 from nnunetv2.paths import nnUNet_raw
 from nnunetv2.training.lr_scheduler.polylr import PolyLRScheduler
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 from nnunetv2.utilities.helpers import dummy_context
+from torch import autocast, nn
 
 from nnunet_dro.sampling import all_gather_updates
-from nnunet_dro.training.case_tables import (CASE_WEIGHTS_ENV, CASE_WEIGHTS_FILENAME, GROUP_COLUMN_ENV,
-                                             SUBGROUPS_ENV, SUBGROUPS_FILENAME, find_case_table, read_case_groups,
-                                             read_case_weights)
+from nnunet_dro.training.case_tables import (
+    CASE_WEIGHTS_ENV,
+    CASE_WEIGHTS_FILENAME,
+    GROUP_COLUMN_ENV,
+    SUBGROUPS_ENV,
+    SUBGROUPS_FILENAME,
+    find_case_table,
+    read_case_groups,
+    read_case_weights,
+)
 from nnunet_dro.training.dataloading import nnUNetDataLoaderDRO
-from nnunet_dro.training.hardness_report import (GROUPS_CSV, HARDNESS_CSV, PROGRESS_PNG, RedrawPacer, group_table,
-                                                 hardness_table, plot_dro_progress, write_group_csv,
-                                                 write_hardness_csv)
-from nnunet_dro.training.nnunet_compat import (apply_checkpoint, build_dataloaders, checkpoint_contents,
-                                               read_checkpoint, save_checkpoint_atomic)
-from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
 from nnunet_dro.training.guard import RECOVER, GuardEvent, check_guard_settings, escalated_fraction, replay_guard
+from nnunet_dro.training.hardness_report import (
+    GROUPS_CSV,
+    HARDNESS_CSV,
+    PROGRESS_PNG,
+    RedrawPacer,
+    group_table,
+    hardness_table,
+    plot_dro_progress,
+    write_group_csv,
+    write_hardness_csv,
+)
+from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice
+from nnunet_dro.training.nnunet_compat import (
+    apply_checkpoint,
+    build_dataloaders,
+    checkpoint_contents,
+    read_checkpoint,
+    save_checkpoint_atomic,
+)
 from nnunet_dro.training.short_run import refuse_unread_short_run
-from nnunet_dro.training.stability import (ALL_LEARNED, LEARNED, THRESHOLD, all_learned, all_learned_epoch,
-                                           epoch_ranges, erm_phase_line, learning_time_line, pseudo_dice_history, stability_line)
+from nnunet_dro.training.stability import (
+    ALL_LEARNED,
+    LEARNED,
+    THRESHOLD,
+    all_learned,
+    all_learned_epoch,
+    epoch_ranges,
+    erm_phase_line,
+    learning_time_line,
+    pseudo_dice_history,
+    stability_line,
+)
 from nnunet_dro.weighting import CaseWeighting
-from nnunet_dro.weighting.settings import (DEFAULT_INIT_LOSS, SETTINGS_CLASSES,  # noqa: F401 (L_init, re-exported)
-                                           AdaptiveHardnessSettings, FixedWeightSettings, HardnessSettings,
-                                           ImportanceSettings, WeightingSettings)
+from nnunet_dro.weighting.settings import (  # noqa: F401 (L_init, re-exported)
+    DEFAULT_INIT_LOSS,
+    SETTINGS_CLASSES,
+    AdaptiveHardnessSettings,
+    FixedWeightSettings,
+    HardnessSettings,
+    ImportanceSettings,
+    WeightingSettings,
+)
 
 #: Checkpoint key of the sampler state (stale losses, draw counts, RNG state, statistics).
 DRO_STATE_KEY = "dro_state"

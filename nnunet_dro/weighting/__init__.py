@@ -31,14 +31,23 @@ The arithmetic cores of the schemes that weight without sampling live here too:
 :func:`~nnunet_dro.weighting.learning_to_reweight.learning_to_reweight` (imports torch).
 """
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights
-from nnunet_dro.weighting.hardness import AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting
 from nnunet_dro.weighting.error_set import ErrorSetWeighting, choose_error_set
 from nnunet_dro.weighting.groups import FixedWeighting, GroupBalancedWeighting, GroupDROWeighting
+from nnunet_dro.weighting.hardness import AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting
 from nnunet_dro.weighting.reweighting import KLReweighting
-from nnunet_dro.weighting.settings import (SETTINGS_CLASSES, AdaptiveHardnessSettings, Chi2HardnessSettings,
-                                           ErrorSetSettings, FixedWeightSettings, GroupBalancedSettings, GroupDROSettings,
-                                           HardnessSettings, ImportanceSettings, KLReweightSettings,
-                                           WeightingSettings)
+from nnunet_dro.weighting.settings import (
+                                           SETTINGS_CLASSES,
+                                           AdaptiveHardnessSettings,
+                                           Chi2HardnessSettings,
+                                           ErrorSetSettings,
+                                           FixedWeightSettings,
+                                           GroupBalancedSettings,
+                                           GroupDROSettings,
+                                           HardnessSettings,
+                                           ImportanceSettings,
+                                           KLReweightSettings,
+                                           WeightingSettings,
+)
 
 __all__ = ["CaseWeighting", "ImportanceWeights", "HardnessWeighting", "AdaptiveHardnessWeighting",
            "Chi2HardnessWeighting", "KLReweighting", "FixedWeighting", "GroupBalancedWeighting", "GroupDROWeighting",

@@ -18,9 +18,16 @@ from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.sampling.distributions import chi2_dro_objective, entropy, kl_dro_objective
 from nnunet_dro.sampling.hardness import HardnessWeightedSampler
-from nnunet_dro.sampling.temperature import (NO_TRIM, beta_from_spread, check_max_weight, loss_ceiling, outlier_trim,
-                                             solve_beta_for_perplexity, solve_capped_beta_for_perplexity,
-                                             trim_count)
+from nnunet_dro.sampling.temperature import (
+    NO_TRIM,
+    beta_from_spread,
+    check_max_weight,
+    loss_ceiling,
+    outlier_trim,
+    solve_beta_for_perplexity,
+    solve_capped_beta_for_perplexity,
+    trim_count,
+)
 from nnunet_dro.weighting.base import CaseWeighting, ImportanceWeights, check_batch, draw_betas
 
 STATE_VERSION = 2

@@ -15,8 +15,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from nnunet_dro.weighting.kl_reweighter import KLReweighter
 from nnunet_dro.weighting.base import CaseWeighting, LatestLosses, check_batch
+from nnunet_dro.weighting.kl_reweighter import KLReweighter
 
 STATE_VERSION = 2
 

@@ -126,8 +126,10 @@ def renamed_ensemble(folder_name: str, source: str, target: str, plans: str,
     >>> renamed_ensemble("ensemble___A__P__2d___C__P__3d_fullres___0_1", "A", "B", "P", ["2d", "3d_fullres"]) is None
     True
     """
-    from nnunet_dro.training.nnunet_compat import (convert_ensemble_folder_to_model_identifiers_and_folds,
-                                                   convert_identifier_to_trainer_plans_config)
+    from nnunet_dro.training.nnunet_compat import (
+        convert_ensemble_folder_to_model_identifiers_and_folds,
+        convert_identifier_to_trainer_plans_config,
+    )
 
     if not folder_name.startswith("ensemble___"):
         return None

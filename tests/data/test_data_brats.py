@@ -9,12 +9,10 @@ import pandas as pd
 import pytest
 import SimpleITK as sitk
 
-from nnunet_dro.data.brats import (MODALITIES, convert_brats19, institution_from_case_id,
-                                   legacy_to_nnunet)
-from nnunet_dro.errors import UserError
-
 from converter_cli import listing, raw_with_other_dataset, run_converter, truncate
 from data_raw_checks import assert_valid_raw_dataset
+from nnunet_dro.data.brats import MODALITIES, convert_brats19, institution_from_case_id, legacy_to_nnunet
+from nnunet_dro.errors import UserError
 
 SHAPE = (5, 6, 7)
 CASES = {  # case -> grade

@@ -13,11 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from converter_cli import listing, run_converter
 from nnunet_dro.data.exclude_cases import EXCLUDED_FILENAME, training_cases, write_dataset_without
 from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.errors import UserError
-
-from converter_cli import listing, run_converter
 
 
 def _toy(root: Path, cases=("a", "b", "c"), channels=2, extra_meta=None) -> Path:

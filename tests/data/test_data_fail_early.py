@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
-from converter_cli import PYTHON, listing, raw_with_other_dataset, run_converter, truncate
 from test_data_brats import make_brats_tree
 from test_data_feta import make_feta_tree
+
+from converter_cli import PYTHON, listing, raw_with_other_dataset, run_converter, truncate
 
 
 def _damaged_input(command: str, root):

@@ -11,12 +11,10 @@ import pandas as pd
 import pytest
 import SimpleITK as sitk
 
-from nnunet_dro.data.feta import (THREE_REGION_MAP, convert_feta, normalise_condition,
-                                  parse_gestational_age)
-from nnunet_dro.errors import UserError
-
 from converter_cli import listing, raw_with_other_dataset, run_converter, truncate
 from data_raw_checks import assert_valid_raw_dataset
+from nnunet_dro.data.feta import THREE_REGION_MAP, convert_feta, normalise_condition, parse_gestational_age
+from nnunet_dro.errors import UserError
 
 SHAPE = (6, 7, 8)  # z, y, x: small and anisotropic so axis mix-ups show
 SUBJECTS = {  # participant -> (Pathology, Gestational age, rec)

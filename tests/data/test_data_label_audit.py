@@ -10,11 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from converter_cli import run_converter, truncate
 from nnunet_dro.data.label_audit import FLAG_COLUMNS, audit_volumes, dataset_labels, label_volumes
 from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.errors import UserError
-
-from converter_cli import run_converter, truncate
 
 STEADY = [10.0, 11, 9, 10, 12, 10, 11, 9, 10, 10]
 

@@ -12,13 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from data_raw_checks import assert_valid_raw_dataset
 from nnunet_dro.data.synthetic_brats import generate_brats_cohort, make_brats_dataset
 from nnunet_dro.data.synthetic_common import group_counts, parse_fractions
-from nnunet_dro.data.synthetic_fetal import (CEREBELLUM, VENTRICLES, generate_fetal_cohort,
-                                             make_fetal_dataset)
+from nnunet_dro.data.synthetic_fetal import CEREBELLUM, VENTRICLES, generate_fetal_cohort, make_fetal_dataset
 from nnunet_dro.errors import UserError
-
-from data_raw_checks import assert_valid_raw_dataset
 
 
 def _digest(folder: Path) -> dict[str, str]:

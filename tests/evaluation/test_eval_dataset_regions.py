@@ -11,8 +11,7 @@ import pytest
 
 from eval_testdata import run_cli, write_label_map
 from nnunet_dro.errors import UserError
-from nnunet_dro.evaluation.regions import (PRESETS, Region, RegionSpec, parse_regions, preset_mismatches,
-                                           resolve_regions)
+from nnunet_dro.evaluation.regions import PRESETS, Region, RegionSpec, parse_regions, preset_mismatches, resolve_regions
 
 PREFIX = "nnunet_dro evaluate: error: "
 FETA7 = {"background": 0, "external_csf": 1, "grey_matter": 2, "white_matter": 3, "ventricles": 4,

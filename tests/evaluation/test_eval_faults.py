@@ -23,8 +23,16 @@ import pytest
 from eval_testdata import PYTHON, make_cohort
 from nnunet_dro.evaluation.metrics import CaseTask
 from nnunet_dro.evaluation.workers import _dead_worker_message
-from proc_tools import (SHM, RunningCli, SemaphoreWatch, descendants_of, ignores_signal, semaphores_left,
-                        semaphores_of, wait_until_gone)
+from proc_tools import (
+    SHM,
+    RunningCli,
+    SemaphoreWatch,
+    descendants_of,
+    ignores_signal,
+    semaphores_left,
+    semaphores_of,
+    wait_until_gone,
+)
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists() or not SHM.is_dir(),
                                 reason="watches processes and semaphores through Linux's /proc and /dev/shm")

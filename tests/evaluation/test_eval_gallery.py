@@ -16,9 +16,16 @@ import pytest
 from eval_testdata import run_cli, write_label_map
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import evaluate
-from nnunet_dro.evaluation.gallery import (PREDICTION_COLOUR, REFERENCE_COLOUR, GallerySource, _case_panels,
-                                           list_images,
-                                           plane_axis, worst_cases, worst_slice)
+from nnunet_dro.evaluation.gallery import (
+    PREDICTION_COLOUR,
+    REFERENCE_COLOUR,
+    GallerySource,
+    _case_panels,
+    list_images,
+    plane_axis,
+    worst_cases,
+    worst_slice,
+)
 
 SHAPE = (6, 20, 20)  # numpy order z, y, x; z is the thick axis (3 mm) in the cohort below
 
@@ -269,9 +276,9 @@ def test_report_html_is_self_contained_with_every_figure_and_the_settings(report
 
 
 def test_report_html_names_intervals_over_runs(dataset, tmp_path):
-    from nnunet_dro.evaluation.multirun import evaluate_runs
-
     import shutil
+
+    from nnunet_dro.evaluation.multirun import evaluate_runs
 
     root, labels, pred = dataset
     shutil.copytree(pred, tmp_path / "pred2")

@@ -12,8 +12,8 @@ import os
 import shutil
 
 import pytest
-
 from test_eval_gallery import make_dataset
+
 from nnunet_dro.evaluation import evaluate
 
 CHROMIUM = "/usr/bin/chromium"

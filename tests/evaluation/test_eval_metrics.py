@@ -4,8 +4,14 @@ import pytest
 from scipy.spatial.distance import cdist
 
 from nnunet_dro.evaluation.io import Geometry
-from nnunet_dro.evaluation.metrics import (confusion_table, dice_percent, hd95_empty_value, hd95_mm, region_counts,
-                                           volume_similarity_percent)
+from nnunet_dro.evaluation.metrics import (
+    confusion_table,
+    dice_percent,
+    hd95_empty_value,
+    hd95_mm,
+    region_counts,
+    volume_similarity_percent,
+)
 
 
 def brute_force_table(ref, pred, labels):

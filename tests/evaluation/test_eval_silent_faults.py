@@ -16,9 +16,9 @@ import json
 import shutil
 
 import pytest
+from test_eval_crossval import CASES, DATASET, FOLD_OF, LABELS, TRAINER, make_world
 
 from eval_testdata import make_cohort, run_cli
-from test_eval_crossval import CASES, DATASET, FOLD_OF, LABELS, TRAINER, make_world
 
 PREFIX = "nnunet_dro evaluate: error: "
 

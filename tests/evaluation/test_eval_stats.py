@@ -1,7 +1,8 @@
 """Summary statistics equal numpy's; paired tests, Holm and bootstrap behave as documented."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import wilcoxon
 
 from nnunet_dro.evaluation.stats import bootstrap_percentile_difference, holm, paired_wilcoxon, summarize

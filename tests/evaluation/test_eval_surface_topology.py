@@ -4,15 +4,13 @@ surface-distance NSD, then through ``evaluate`` on real NIfTI files."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 from scipy.spatial.distance import cdist
 from skimage.measure import euler_number
 
+from eval_testdata import write_label_map
 from nnunet_dro.evaluation import evaluate
 from nnunet_dro.evaluation.metrics import nsd_percent, topology, topology_errors
-
-from eval_testdata import write_label_map
 
 
 def ball(shape, centre, radius, spacing=(1.0, 1.0, 1.0)) -> np.ndarray:

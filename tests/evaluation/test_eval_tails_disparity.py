@@ -9,10 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from eval_testdata import make_cohort, run_cli, write_label_map
 from nnunet_dro.evaluation import evaluate, reports
 from nnunet_dro.evaluation.stats import bootstrap_summary_intervals, tail_count
-
-from eval_testdata import make_cohort, run_cli, write_label_map
 
 
 def worst_mean(values, k, higher_is_better):

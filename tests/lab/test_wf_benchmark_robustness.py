@@ -673,6 +673,7 @@ def test_a_seed_folder_restored_from_a_record_gets_its_label_noise_again(tmp_pat
     (an arm added to a recorded seed), the same cases are corrupted again, not left clean; a record
     that names other cases than the seed gives is refused, and the next attempt generates afresh."""
     import nibabel as nib
+
     from nnunet_dro.lab.pipeline import Cohort, Workspace
 
     def labels(ws, cases):

@@ -11,8 +11,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from nnunet_dro.sampling import HardnessWeightedSampler
-from nnunet_dro.sampling.temperature import (capped_softmax, loss_ceiling, solve_beta_for_perplexity,
-                                             solve_capped_beta_for_perplexity)
+from nnunet_dro.sampling.temperature import (
+    capped_softmax,
+    loss_ceiling,
+    solve_beta_for_perplexity,
+    solve_capped_beta_for_perplexity,
+)
 from nnunet_dro.weighting import AdaptiveHardnessWeighting, ImportanceWeights
 from sampling_helpers import chi_square_pvalue, loss_vectors
 

@@ -9,8 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from nnunet_dro.sampling.temperature import (beta_from_spread, entropy_of_softmax, perplexity,
-                                             solve_beta_for_perplexity)
+from nnunet_dro.sampling.temperature import beta_from_spread, entropy_of_softmax, perplexity, solve_beta_for_perplexity
 from sampling_helpers import loss_vectors
 
 # How close the perplexity at the solution must be to the target f * n (the solver works to a

@@ -5,8 +5,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from nnunet_dro.sampling import HardnessWeightedSampler
-from nnunet_dro.sampling.torch_sampler import (HardnessWeightedBatchSampler, WithIndex,
-                                               importance_weighted_mean)
+from nnunet_dro.sampling.torch_sampler import HardnessWeightedBatchSampler, WithIndex, importance_weighted_mean
 
 
 def test_dataloader_with_workers_delivers_hard_examples_and_updates():

@@ -12,8 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnunet_dro.sampling import HardnessWeightedSampler
-from nnunet_dro.sampling.temperature import (NO_TRIM, capped_softmax, effective_losses, loss_ceiling, outlier_trim,
-                                             solve_capped_beta_for_perplexity, trim_count)
+from nnunet_dro.sampling.temperature import (
+    NO_TRIM,
+    capped_softmax,
+    effective_losses,
+    loss_ceiling,
+    outlier_trim,
+    solve_capped_beta_for_perplexity,
+    trim_count,
+)
 from nnunet_dro.weighting import AdaptiveHardnessWeighting, ImportanceWeights
 from sampling_helpers import chi_square_pvalue, loss_vectors
 

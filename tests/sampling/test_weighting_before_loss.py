@@ -9,9 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nnunet_dro.weighting import (AdaptiveHardnessWeighting, Chi2HardnessWeighting, FixedWeighting,
-                                  GroupBalancedWeighting, GroupDROWeighting, HardnessWeighting, ImportanceWeights,
-                                  KLReweighting)
+from nnunet_dro.weighting import (
+    AdaptiveHardnessWeighting,
+    Chi2HardnessWeighting,
+    FixedWeighting,
+    GroupBalancedWeighting,
+    GroupDROWeighting,
+    HardnessWeighting,
+    ImportanceWeights,
+    KLReweighting,
+)
 
 N = 6
 GROUPS = ["a", "a", "a", "b", "b", "c"]

@@ -14,10 +14,15 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from nnunet_dro.sampling import HardnessWeightedSampler
-from nnunet_dro.weighting.kl_reweighter import KLReweighter
 from nnunet_dro.sampling.temperature import solve_beta_for_perplexity
-from nnunet_dro.weighting import (AdaptiveHardnessWeighting, Chi2HardnessWeighting, HardnessWeighting,
-                                  ImportanceWeights, KLReweighting)
+from nnunet_dro.weighting import (
+    AdaptiveHardnessWeighting,
+    Chi2HardnessWeighting,
+    HardnessWeighting,
+    ImportanceWeights,
+    KLReweighting,
+)
+from nnunet_dro.weighting.kl_reweighter import KLReweighter
 from sampling_helpers import chi_square_pvalue
 
 CLIP = (0.1, 10.0)

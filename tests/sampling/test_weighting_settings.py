@@ -10,11 +10,24 @@ import numpy as np
 import pytest
 
 from nnunet_dro import weighting
-from nnunet_dro.weighting import (AdaptiveHardnessSettings, AdaptiveHardnessWeighting, Chi2HardnessSettings,
-                                  Chi2HardnessWeighting, FixedWeighting, FixedWeightSettings, GroupBalancedSettings,
-                                  GroupBalancedWeighting, GroupDROSettings, GroupDROWeighting, HardnessSettings,
-                                  HardnessWeighting, ImportanceSettings, KLReweighting, KLReweightSettings,
-                                  SETTINGS_CLASSES)
+from nnunet_dro.weighting import (
+    SETTINGS_CLASSES,
+    AdaptiveHardnessSettings,
+    AdaptiveHardnessWeighting,
+    Chi2HardnessSettings,
+    Chi2HardnessWeighting,
+    FixedWeighting,
+    FixedWeightSettings,
+    GroupBalancedSettings,
+    GroupBalancedWeighting,
+    GroupDROSettings,
+    GroupDROWeighting,
+    HardnessSettings,
+    HardnessWeighting,
+    ImportanceSettings,
+    KLReweighting,
+    KLReweightSettings,
+)
 from nnunet_dro.weighting.error_set import ErrorSetWeighting
 from nnunet_dro.weighting.settings import DEFAULT_INIT_LOSS, ErrorSetSettings
 

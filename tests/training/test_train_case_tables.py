@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnunet_dro.training.case_tables import (CASE_WEIGHTS_ENV, CaseTableError, find_case_table, read_case_groups,
-                                             read_case_weights)
+from nnunet_dro.training.case_tables import (
+    CASE_WEIGHTS_ENV,
+    CaseTableError,
+    find_case_table,
+    read_case_groups,
+    read_case_weights,
+)
 
 TRAIN = ["case_000", "case_001", "case_002"]
 ALL = TRAIN + ["case_003"]  # case_003: a validation case of this fold

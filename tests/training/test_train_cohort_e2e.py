@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from test_train_e2e import train_env
+
 from train_helpers import BIN, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]

@@ -76,11 +76,10 @@ def _free_port() -> int:
 def _rank_main(rank: int, port: int, env: dict, resume: bool, results) -> None:
     os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
     import nnunetv2.training.nnUNetTrainer.nnUNetTrainer as nnunet_trainer_module
+    import torch.distributed as dist
     from nnunetv2.run.run_training import maybe_load_checkpoint
+    from torch.nn.parallel import DistributedDataParallel
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)

@@ -12,10 +12,9 @@ import pandas as pd
 import pytest
 import torch
 
-from train_helpers import BIN, run_cli
-
 from nnunet_dro.ext_trainers import TRAINER_DIR
 from nnunet_dro.training import nnUNetTrainerDROAdaptive
+from train_helpers import BIN, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from test_train_trainer import make_trainer, shut_down
 
 from nnunet_dro.errors import UserError

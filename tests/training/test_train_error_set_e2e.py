@@ -15,12 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from test_train_export import TrainedModel, predict_args, read_prediction, run_in, stock_only_env
-from train_helpers import BIN, run_cli
 
 from nnunet_dro.ext_trainers import TRAINER_DIR
 from nnunet_dro.weighting.error_set import error_set_probabilities
+from train_helpers import BIN, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

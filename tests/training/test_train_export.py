@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from train_helpers import BIN, PreprocessedDataset
-
 from nnunet_dro import cli
 from nnunet_dro.ext_trainers import TRAINER_DIR
 from nnunet_dro.workflows.export import EXPORT_INFO
+from train_helpers import BIN, PreprocessedDataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -11,10 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from train_helpers import BIN, run_cli
-
 from nnunet_dro.ext_trainers import TRAINER_DIR
 from nnunet_dro.training.feature_ascent import ascend_features, penalised_objective
+from train_helpers import BIN, run_cli
 
 
 # ------------------------------------------------------------------ the ascent, pure torch
@@ -152,7 +151,7 @@ def test_step_loss_is_per_sample_and_its_gradient_reaches_the_body_through_the_p
     # the perturbed loss is the loss at head(z0 + delta), higher than at z0, and smoothed by alpha
     from nnunet_dro.training.nnunet_compat import captured_head_inputs
     net.zero_grad()
-    with captured_head_inputs(net) as captured:
+    with captured_head_inputs(net):  # the same forward as the step (heads hooked), no input kept
         outputs = net(x)
     clean = step.t.per_sample_loss(outputs, ys)
     with torch.no_grad():
@@ -232,8 +231,9 @@ def test_region_configurations_are_refused_clearly():
 
 
 def test_trainers_attributes_defaults_and_variants():
-    import nnunet_dro.training as training
     from test_train_trainer_dir import _check_keeps_nnunet_signature_and_sets_only_attributes
+
+    import nnunet_dro.training as training
 
     base = training.nnUNetTrainerDROLS
     g = base.gils_settings

@@ -9,7 +9,6 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-
 from test_train_e2e import fold_folder, load, train, train_env
 
 from nnunet_dro.weighting.hardness import UNIFORM_BETA

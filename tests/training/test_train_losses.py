@@ -7,7 +7,6 @@ import torch
 from nnunetv2.training.loss.compound_losses import DC_and_BCE_loss, DC_and_CE_loss
 from nnunetv2.training.loss.deep_supervision import DeepSupervisionWrapper
 from nnunetv2.training.loss.dice import MemoryEfficientSoftDiceLoss, SoftDiceLoss
-
 from nnunetv2.training.loss.robust_ce_loss import TopKLoss
 
 from nnunet_dro.training.losses import per_sample_loss_from_nnunet, uses_batch_dice

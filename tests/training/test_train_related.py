@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from train_helpers import BIN, run_cli
-
 import nnunet_dro.training as training
 from nnunet_dro.ext_trainers import TRAINER_DIR
 from nnunet_dro.training.related import choose_validation_cases
 from nnunet_dro.training.short_run import SHORT_RUN_ENV
+from train_helpers import BIN, run_cli
 
 RELATED_TEST_TRAINERS = '''
 """Test-sized subclasses of the related-method trainers (found through nnUNet_extTrainer)."""
@@ -230,8 +229,8 @@ def test_l2rw_weights_on_an_nnunet_unet_leave_its_parameters_in_place():
     from nnunetv2.training.loss.deep_supervision import DeepSupervisionWrapper
     from nnunetv2.training.loss.dice import MemoryEfficientSoftDiceLoss
 
-    from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
     from nnunet_dro.training.losses import per_sample_loss_from_nnunet
+    from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
 
     torch.manual_seed(0)
     net = PlainConvUNet(1, 2, (4, 8), torch.nn.Conv3d, 3, (1, 2), (1, 1), 2, (1,), False, torch.nn.InstanceNorm3d,

@@ -13,7 +13,6 @@ import pytest
 import torch
 from batchgenerators.dataloading.nondet_multi_threaded_augmenter import NonDetMultiThreadedAugmenter
 from batchgenerators.utilities.file_and_folder_operations import load_json
-
 from nnunetv2.training.nnUNetTrainer.nnUNetTrainer import nnUNetTrainer
 
 from nnunet_dro.lab.variants import nnUNetTrainerDRO_noIS, nnUNetTrainerDROAdaptive_fromStart

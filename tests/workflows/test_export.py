@@ -12,8 +12,16 @@ import pytest
 from nnunet_dro import cli
 from nnunet_dro.errors import UserError
 from nnunet_dro.workflows.ensemble import PredictionSettings
-from nnunet_dro.workflows.export import (ExportRequest, collect_model, ensemble_files, exported_checkpoint,
-                                         foreign_modules, plan_export, renamed_ensemble, weights_mismatch)
+from nnunet_dro.workflows.export import (
+    ExportRequest,
+    collect_model,
+    ensemble_files,
+    exported_checkpoint,
+    foreign_modules,
+    plan_export,
+    renamed_ensemble,
+    weights_mismatch,
+)
 
 DATASET = "Dataset977_ExportTest"
 SOURCE = "nnUNetTrainerDRO__nnUNetPlans__3d_fullres"

@@ -8,8 +8,15 @@ import pytest
 import SimpleITK as sitk
 
 from nnunet_dro.errors import UserError
-from nnunet_dro.workflows.ensemble import (EnsemblePlan, Member, PredictionSettings, check_folds,
-                                           parse_combinations, parse_members, trained_model_folder)
+from nnunet_dro.workflows.ensemble import (
+    EnsemblePlan,
+    Member,
+    PredictionSettings,
+    check_folds,
+    parse_combinations,
+    parse_members,
+    trained_model_folder,
+)
 
 
 @pytest.mark.parametrize("values,expected", [

@@ -9,10 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from eval_testdata import write_label_map
 from test_eval_crossval import CASES, TRAINER, _truth, make_world
 
+from eval_testdata import write_label_map
 from nnunet_dro.training.case_tables import read_case_weights
 from nnunet_dro.workflows.jtt import case_scores, case_weight_table, error_set
 

@@ -36,18 +36,48 @@ Example (a few seconds):
 """
 from __future__ import annotations
 
-from nnunet_dro.lab.experiments.digits.data import (DEFAULT_BATCH_SIZE, DEFAULT_BETAS, DEFAULT_CLIP, DEFAULT_LR,
-                                                DEFAULT_RARE_CLASS, DEFAULT_RARE_FRACTION, DEFAULT_TEST_SIZE,
-                                                NUM_CLASSES, DigitsSplit, load_imbalanced_digits, rare_count)
-from nnunet_dro.lab.experiments.digits.methods import (CHI2_BETAS, CHI2_WARMUP_BETA, DEFAULT_METHODS, KL_REWEIGHT_MOMENTUM,
-                                                   KL_REWEIGHT_SCHEDULE, L2RW_PER_CLASS, METHODS,
-                                                   HardnessWeightedSampling, KLReweighting, LearningToReweight,
-                                                   MethodContext, MethodSpec, TrainingMethod, UniformSampling,
-                                                   balanced_validation_indices, check_method_names,
-                                                   per_example_cross_entropy)
+from nnunet_dro.lab.experiments.digits.data import (
+                                                DEFAULT_BATCH_SIZE,
+                                                DEFAULT_BETAS,
+                                                DEFAULT_CLIP,
+                                                DEFAULT_LR,
+                                                DEFAULT_RARE_CLASS,
+                                                DEFAULT_RARE_FRACTION,
+                                                DEFAULT_TEST_SIZE,
+                                                NUM_CLASSES,
+                                                DigitsSplit,
+                                                load_imbalanced_digits,
+                                                rare_count,
+)
+from nnunet_dro.lab.experiments.digits.methods import (
+                                                CHI2_BETAS,
+                                                CHI2_WARMUP_BETA,
+                                                DEFAULT_METHODS,
+                                                KL_REWEIGHT_MOMENTUM,
+                                                KL_REWEIGHT_SCHEDULE,
+                                                L2RW_PER_CLASS,
+                                                METHODS,
+                                                HardnessWeightedSampling,
+                                                KLReweighting,
+                                                LearningToReweight,
+                                                MethodContext,
+                                                MethodSpec,
+                                                TrainingMethod,
+                                                UniformSampling,
+                                                balanced_validation_indices,
+                                                check_method_names,
+                                                per_example_cross_entropy,
+)
 from nnunet_dro.lab.experiments.digits.model import SmallCNN
-from nnunet_dro.lab.experiments.digits.reporting import (curves_table, format_legend, format_markdown,
-                                                     plot_learning_curves, runs_table, summarise, write_outputs)
+from nnunet_dro.lab.experiments.digits.reporting import (
+                                                curves_table,
+                                                format_legend,
+                                                format_markdown,
+                                                plot_learning_curves,
+                                                runs_table,
+                                                summarise,
+                                                write_outputs,
+)
 from nnunet_dro.lab.experiments.digits.training import RunResult, run_experiment, train_run
 
 __all__ = [

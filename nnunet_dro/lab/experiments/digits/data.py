@@ -8,7 +8,6 @@ from numpy.typing import NDArray
 
 from nnunet_dro.errors import UserError
 
-
 NUM_CLASSES = 10
 # Paper, section 4.1: lr 0.01, no momentum, no weight decay, no augmentation. It does not state
 # the batch size; 32 is our choice.

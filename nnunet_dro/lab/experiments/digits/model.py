@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import torch
-from nnunet_dro.lab.experiments.digits.data import NUM_CLASSES
 from torch import nn
+
+from nnunet_dro.lab.experiments.digits.data import NUM_CLASSES
 
 
 class SmallCNN(nn.Module):

@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.sampling.distributions import chi2_dro_objective, entropy, kl_dro_objective
-from nnunet_dro.sampling.hardness import HardnessWeightedSampler
+from nnunet_dro.sampling.hardness import HardnessWeightedSampler, ImportanceClip
 from nnunet_dro.sampling.temperature import (
     NO_TRIM,
     beta_from_spread,
@@ -74,8 +74,8 @@ class HardnessWeighting(CaseWeighting):
         self.loss_smoothing = float(loss_smoothing)
         self.init_loss = init_loss
         self.sampler = HardnessWeightedSampler(
-            num_cases, beta=self._initial_beta(beta), init_loss=init_loss, importance_sampling=importance.enabled,
-            clip=importance.clip, seed=seed, shared=shared, divergence=self.divergence, warmup=warmup)
+            num_cases, beta=self._initial_beta(beta), init_loss=init_loss,
+            importance=ImportanceClip(importance.enabled, importance.clip), seed=seed, shared=shared, divergence=self.divergence, warmup=warmup)
         self.weight_scale = 1.0  # running mean of the raw weights (self-normalisation)
 
     def _initial_beta(self, beta: float) -> float:

@@ -67,7 +67,7 @@ from nnunet_dro.training.case_tables import (
     read_case_groups,
     read_case_weights,
 )
-from nnunet_dro.training.dataloading import nnUNetDataLoaderDRO
+from nnunet_dro.training.dataloading import CaseDraws, nnUNetDataLoaderDRO
 from nnunet_dro.training.guard import RECOVER, ErmPhaseGuard
 from nnunet_dro.training.hardness_report import (
     GROUPS_CSV,
@@ -407,7 +407,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                 raise RuntimeError(f"DRO: the training cases of fold {self.fold} changed since initialize()")
             return nnUNetDataLoaderDRO(dataset_tr, self.batch_size, initial_patch_size,
                                        self.configuration_manager.patch_size, self.label_manager,
-                                       case_ids=self.dro_case_ids, sampler=self.case_weighting,
+                                       CaseDraws(self.dro_case_ids, self.case_weighting),
                                        oversample_foreground_percent=self.oversample_foreground_percent,
                                        pad_sides=None, transforms=tr_transforms,
                                        probabilistic_oversampling=self.probabilistic_oversampling)

@@ -53,11 +53,11 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.commands.evaluate import parse_predictions
-    from nnunet_dro.workflows.jtt import write_jtt_table
+    from nnunet_dro.workflows.jtt import JttOptions, write_jtt_table
 
     (name, prediction), = parse_predictions([args.pred]).items()
-    write_jtt_table(prediction, args.output, reference=args.ref, fraction=args.fraction, rule=args.rule,
-                    upweight=args.upweight, regions=args.regions, folds=args.folds,
-                    num_processes=args.num_processes, name=name,
-                    progress=sys.stderr.isatty())  # bars in a terminal; a log file or a pipe gets none
+    options = JttOptions(fraction=args.fraction, rule=args.rule, upweight=args.upweight, regions=args.regions,
+                         folds=args.folds, num_processes=args.num_processes, name=name,
+                         progress=sys.stderr.isatty())  # bars in a terminal; a log file or a pipe gets none
+    write_jtt_table(prediction, args.output, reference=args.ref, options=options)
     return 0

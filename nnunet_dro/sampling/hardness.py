@@ -30,6 +30,7 @@ import math
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,23 @@ STATE_VERSION = 1
 DIVERGENCES = ("kl", "chi2")
 
 
+@dataclass(frozen=True)
+class ImportanceClip:
+    """The sampler's importance weights: ``enabled`` (False: :meth:`HardnessWeightedSampler.importance_weights`
+    returns ones) and ``clip``, ``(w_min, w_max)``, the interval they are clipped to.
+
+    >>> ImportanceClip(), ImportanceClip(enabled=False).clip
+    (ImportanceClip(enabled=True, clip=(0.1, 10.0)), (0.1, 10.0))
+    """
+
+    enabled: bool = True
+    clip: tuple[float, float] = (0.1, 10.0)
+
+
+#: no importance weights (ones): the samplers behind uniform or fixed-weight draws
+NO_IMPORTANCE = ImportanceClip(enabled=False)
+
+
 class HardnessWeightedSampler:
     """Per-volume hardness weighted sampler for KL distributionally robust optimisation.
 
@@ -76,8 +94,8 @@ class HardnessWeightedSampler:
         beta: inverse temperature; ``beta -> 0`` is uniform sampling (ERM). Paper default 100.
         init_loss: initial stale loss, a scalar (plus tiny seeded noise that breaks ties, at
             most ``1e-6 * max(1, |init_loss|)``) or a vector of ``n`` finite values (used as is).
-        importance_sampling: if False, :meth:`importance_weights` returns ones.
-        clip: ``(w_min, w_max)`` for the importance weights.
+        importance: an :class:`ImportanceClip`: ``enabled`` (False: :meth:`importance_weights`
+            returns ones) and ``clip``, ``(w_min, w_max)`` for the importance weights.
         seed: seeds the draws (and the tie-breaking noise). Every other process that uses a
             copy of the sampler derives its own stream from ``(seed, pid)``, so forked workers
             never repeat each other's draws.
@@ -109,11 +127,11 @@ class HardnessWeightedSampler:
     >>> s.close()
     """
 
-    def __init__(self, num_cases: int, beta: float = 100.0, init_loss: float | ArrayLike = 1.0,
-                 importance_sampling: bool = True, clip: tuple[float, float] = (0.1, 10.0),
-                 seed: int | None = None, shared: bool = False, divergence: str = "kl",
-                 warmup: bool = False):
+    def __init__(self, num_cases: int, beta: float = 100.0, init_loss: float | ArrayLike = 1.0, *,
+                 importance: ImportanceClip = ImportanceClip(), seed: int | None = None, shared: bool = False,
+                 divergence: str = "kl", warmup: bool = False):
         num_cases = int(num_cases)
+        importance_sampling, clip = importance.enabled, importance.clip
         if divergence not in DIVERGENCES:
             raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
         if num_cases < 1:

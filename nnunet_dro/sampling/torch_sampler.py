@@ -25,7 +25,7 @@ Example::
 The related methods (docs/methods.md) fit the same loop. Chi-square DRO sampling with a
 uniform warm-up pass (Fidon et al. 2020) only changes the sampler:
 ``HardnessWeightedSampler(len(data), beta=10.0, divergence="chi2", warmup=True,
-importance_sampling=False, seed=0)``; the rest is as above (the weights are then ones, and the
+importance=NO_IMPORTANCE, seed=0)``; the rest is as above (the weights are then ones, and the
 update still feeds the sampler). The two reweighting methods draw uniformly, so use a plain
 ``DataLoader(data, batch_size=32, shuffle=True)`` and weigh the fresh per-example losses:
 

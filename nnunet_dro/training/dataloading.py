@@ -13,7 +13,8 @@ for several steps, and an adaptive scheme may change beta meanwhile.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, List, Sequence, Tuple, Union
 
 import numpy as np
 from nnunetv2.training.dataloading.data_loader import nnUNetDataLoader
@@ -24,18 +25,30 @@ from nnunet_dro.sampling import HardnessWeightedSampler
 from nnunet_dro.weighting import CaseWeighting
 
 
-class nnUNetDataLoaderDRO(nnUNetDataLoader):
-    """``nnUNetDataLoader`` whose cases are drawn i.i.d. with replacement from ``softmax(beta * L)``.
+@dataclass(frozen=True)
+class CaseDraws:
+    """Where the loader's cases come from.
 
     Args:
         case_ids: the training case identifiers in sampler order (index ``i`` of the sampler is
-            ``case_ids[i]``); must be exactly the identifiers of ``data``.
+            ``case_ids[i]``); must be exactly the identifiers of the loader's dataset.
         sampler: a (shared) :class:`~nnunet_dro.weighting.CaseWeighting` or
             :class:`~nnunet_dro.sampling.HardnessWeightedSampler` over ``len(case_ids)`` cases
             (anything with ``num_cases`` and ``sample_with_beta``).
+    """
 
-    The other arguments are nnU-Net's (``sampling_probabilities`` is not accepted: the sampler
-    decides).
+    case_ids: Sequence[str]
+    sampler: CaseWeighting | HardnessWeightedSampler
+
+
+class nnUNetDataLoaderDRO(nnUNetDataLoader):
+    """``nnUNetDataLoader`` whose cases are drawn i.i.d. with replacement from ``softmax(beta * L)``.
+
+    ``draws`` (:class:`CaseDraws`) names the cases and the sampler that draws them. The other
+    arguments are nnU-Net's, the first five positional as in ``nnUNetDataLoader`` and the rest
+    (``oversample_foreground_percent``, ``pad_sides``, ``probabilistic_oversampling``,
+    ``transforms``) as keywords passed on unchanged; ``sampling_probabilities`` is not accepted:
+    the sampler decides.
     """
 
     def __init__(self,
@@ -44,16 +57,14 @@ class nnUNetDataLoaderDRO(nnUNetDataLoader):
                  patch_size: Union[List[int], Tuple[int, ...], np.ndarray],
                  final_patch_size: Union[List[int], Tuple[int, ...], np.ndarray],
                  label_manager: LabelManager,
-                 case_ids: Sequence[str],
-                 sampler: CaseWeighting | HardnessWeightedSampler,
-                 oversample_foreground_percent: float = 0.0,
-                 pad_sides: Union[List[int], Tuple[int, ...]] = None,
-                 probabilistic_oversampling: bool = False,
-                 transforms=None):
+                 draws: CaseDraws,
+                 **nnunet_options: Any):
+        if "sampling_probabilities" in nnunet_options:
+            raise TypeError("nnUNetDataLoaderDRO draws its cases from draws.sampler: sampling_probabilities is "
+                            "not accepted")
         super().__init__(data, batch_size, patch_size, final_patch_size, label_manager,
-                         oversample_foreground_percent=oversample_foreground_percent,
-                         sampling_probabilities=None, pad_sides=pad_sides,
-                         probabilistic_oversampling=probabilistic_oversampling, transforms=transforms)
+                         sampling_probabilities=None, **nnunet_options)
+        case_ids, sampler = draws.case_ids, draws.sampler
         case_ids = [str(c) for c in case_ids]
         if sorted(case_ids) != sorted(str(i) for i in data.identifiers):
             raise ValueError("case_ids must be exactly the identifiers of the training dataset")

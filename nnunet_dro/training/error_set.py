@@ -29,11 +29,43 @@ import numpy as np
 import pandas as pd
 
 from nnunet_dro.sampling.distributed import broadcast_indices
-from nnunet_dro.training.guard import RECOVER, GuardEvent, escalated_upweight
+from nnunet_dro.training.guard import RECOVER, ErmPhaseGuard, GuardEvent, escalated_upweight
 from nnunet_dro.training.stability import ALL_LEARNED, all_learned
 from nnunet_dro.training.trainer import nnUNetTrainerDROAdaptive
 from nnunet_dro.weighting.error_set import ErrorSetChoice, error_set_probabilities
 from nnunet_dro.weighting.settings import ErrorSetSettings
+
+
+class ErrorSetPhaseGuard(ErmPhaseGuard):
+    """The default's ERM phase and stability guard on the error set: the end of the ERM phase
+    chooses the set (the host's ``_choose_error_set``), and backed off the draws are uniform; an
+    escalation halves the upweight's distance to 1 instead of moving ``f``."""
+
+    @classmethod
+    def from_settings(cls, settings: ErrorSetSettings, host) -> "ErrorSetPhaseGuard":
+        return cls(host, lever=settings.upweight, until_learned=settings.uniform_until_learned,
+                   guard=settings.guard, recover=settings.guard_recover, escalate=settings.guard_escalate)
+
+    def escalated(self, backoffs: int) -> float:
+        return escalated_upweight(self.lever, backoffs) if self.escalate else self.lever
+
+    def release_when_learned(self, history: list) -> None:
+        """The end of the ERM phase (the default's rule) chooses the error set from the stale losses."""
+        host = self.host
+        weighting = host.case_weighting
+        if weighting is None or not weighting.held_uniform:
+            return
+        threshold = self.until_learned
+        if history and all_learned(history[-1], threshold):
+            ended = host.current_epoch - 1  # on_epoch_end has already counted the epoch that just ended
+            host._choose_error_set(ended, f"every structure's pseudo-Dice >= {threshold:g} at epoch {ended}")
+
+    def return_message(self, event: GuardEvent, what: str, upweight: float) -> str:
+        if self.host.case_weighting.held_uniform:
+            return (f"DRO guard: recovered at epoch {event.epoch}: {what}; still in the ERM phase (uniform until "
+                    f"every structure's pseudo-Dice >= {self.until_learned:g})")
+        return (f"DRO guard: recovered at epoch {event.epoch}: {what}; the error set drawn {upweight:g} times as "
+                f"often again from epoch {event.epoch + 1}")
 
 
 class nnUNetTrainerDROAdaptive_errorSet(nnUNetTrainerDROAdaptive):
@@ -44,17 +76,11 @@ class nnUNetTrainerDROAdaptive_errorSet(nnUNetTrainerDROAdaptive):
     dro_settings = ErrorSetSettings(error_fraction=0.2, upweight=5.0, uniform_until_learned=ALL_LEARNED,
                                     guard=True, guard_recover=RECOVER, guard_escalate=True)
 
-    # ------------------------------------------------------------------ choosing the set
-    def _release_when_learned(self, history: list) -> None:
-        """The end of the ERM phase (the default's rule) chooses the error set from the stale losses."""
-        weighting = self.case_weighting
-        if weighting is None or not weighting.held_uniform:
-            return
-        threshold = float(self.dro_settings.uniform_until_learned)
-        if history and all_learned(history[-1], threshold):
-            ended = self.current_epoch - 1  # on_epoch_end has already counted the epoch that just ended
-            self._choose_error_set(ended, f"every structure's pseudo-Dice >= {threshold:g} at epoch {ended}")
+    def build_dro_phase(self) -> ErrorSetPhaseGuard:
+        """The default's ERM phase and guard, on the error set (:class:`ErrorSetPhaseGuard`)."""
+        return ErrorSetPhaseGuard.from_settings(self.dro_settings, self)
 
+    # ------------------------------------------------------------------ choosing the set
     def _refresh_epoch(self) -> Optional[int]:
         """The first epoch at or after ``refresh_at`` of the schedule (None: no refresh)."""
         at = self.dro_settings.refresh_at
@@ -95,35 +121,6 @@ class nnUNetTrainerDROAdaptive_errorSet(nnUNetTrainerDROAdaptive):
             text += (f"; {len(choice.tied)} cases tie at the boundary ({', '.join(ids[i] for i in choice.tied)}): all "
                      f"are in, {len(choice.cases)} instead of {choice.asked}")
         return text
-
-    # ------------------------------------------------------------------ the stability guard
-    def _apply_guard(self, history: list, announce: bool) -> None:
-        """The default's guard (the same replay of the logged pseudo-Dice); backed off, the draws are
-        uniform, and an escalation halves the upweight's distance to 1 instead of moving ``f``."""
-        if not self._guard_on or self.case_weighting is None:
-            return
-        settings = self.dro_settings
-        state, events = self._replay_guard(history)
-        upweight = escalated_upweight(settings.upweight, state.backoffs) if settings.guard_escalate \
-            else float(settings.upweight)
-        self.case_weighting.set_backoff(state.backed_off, upweight)
-        if not announce or self.local_rank != 0:
-            return
-        for event in events:
-            if event.epoch == len(history) - 1:
-                self.print_to_log_file(self._guard_message(event, upweight))
-
-    def _guard_message(self, event: GuardEvent, upweight: float) -> str:
-        if event.kind == "back-off":
-            return super()._guard_message(event, upweight)  # says nothing of f
-        names = self._structure_names()
-        what = ", ".join(f"{names[i] if i < len(names) else f'structure {i + 1}'} (pseudo-Dice {d:.3f}, best {b:.3f})"
-                         for i, d, b in zip(event.structures, event.dice, event.best))
-        if self.case_weighting.held_uniform:
-            return (f"DRO guard: recovered at epoch {event.epoch}: {what}; still in the ERM phase (uniform until "
-                    f"every structure's pseudo-Dice >= {float(self.dro_settings.uniform_until_learned):g})")
-        return (f"DRO guard: recovered at epoch {event.epoch}: {what}; the error set drawn {upweight:g} times as "
-                f"often again from epoch {event.epoch + 1}")
 
     # ------------------------------------------------------------------ reports and state
     def _hardness_table(self):

@@ -67,8 +67,8 @@ from nnunet_dro.training.case_tables import (
     read_case_groups,
     read_case_weights,
 )
-from nnunet_dro.training.dataloading import nnUNetDataLoaderDRO
-from nnunet_dro.training.guard import RECOVER, GuardEvent, check_guard_settings, escalated_fraction, replay_guard
+from nnunet_dro.training.dataloading import CaseDraws, nnUNetDataLoaderDRO
+from nnunet_dro.training.guard import RECOVER, ErmPhaseGuard
 from nnunet_dro.training.hardness_report import (
     GROUPS_CSV,
     HARDNESS_CSV,
@@ -91,10 +91,6 @@ from nnunet_dro.training.nnunet_compat import (
 from nnunet_dro.training.short_run import refuse_unread_short_run
 from nnunet_dro.training.stability import (
     ALL_LEARNED,
-    LEARNED,
-    THRESHOLD,
-    all_learned,
-    all_learned_epoch,
     epoch_ranges,
     erm_phase_line,
     learning_time_line,
@@ -305,6 +301,9 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                  device: torch.device = torch.device('cuda')):
         super().__init__(plans, configuration, fold, dataset_json, device)
         self.case_weighting: Optional[CaseWeighting] = None
+        #: the ERM phase and stability guard of dro_settings (None: the scheme has neither), built
+        #: with the case weighting
+        self.dro_phase: Optional[ErmPhaseGuard] = None
         self.dro_case_ids: Optional[List[str]] = None
         self._dro_index_of: Dict[str, int] = {}
         self.per_sample_loss: Optional[nn.Module] = None
@@ -338,6 +337,15 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             return self._build_table_weighting(settings)
         return settings.build(num_cases, rank=self.local_rank, shared=True)
 
+    def build_dro_phase(self) -> Optional[ErmPhaseGuard]:
+        """The ERM phase and stability guard of ``dro_settings``, the collaborator called at the end
+        of every epoch (:class:`~nnunet_dro.training.guard.ErmPhaseGuard`): the scale-free scheme's
+        settings carry them; None for a scheme without (override for a scheme of your own, as the
+        error-set trainer does)."""
+        if isinstance(self.dro_settings, AdaptiveHardnessSettings):
+            return ErmPhaseGuard.from_settings(self.dro_settings, self)
+        return None
+
     def _build_table_weighting(self, settings: WeightingSettings) -> CaseWeighting:
         """Fixed case weights, group-balanced sampling or group DRO, from the user's tables."""
         where = dict(dataset_name=self.plans_manager.dataset_name,
@@ -361,11 +369,10 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         if not isinstance(self.dro_settings, WeightingSettings):
             raise RuntimeError(f"{type(self).__name__}.dro_settings = {self.dro_settings!r}: expected the settings "
                                f"of a scheme of nnunet_dro.weighting.settings (e.g. AdaptiveHardnessSettings())")
-        if self._guard_on:
-            try:
-                check_guard_settings(LEARNED, THRESHOLD, float(self.dro_settings.guard_recover))
-            except ValueError as e:
-                raise RuntimeError(f"{type(self).__name__}.dro_settings.guard_recover: {e}") from None
+        try:
+            self.dro_phase = self.build_dro_phase()
+        except ValueError as e:
+            raise RuntimeError(f"{type(self).__name__}.dro_settings.guard_recover: {e}") from None
         self.case_weighting = self.build_case_weighting(len(self.dro_case_ids))
         if self.is_ddp:
             self._start_from_rank0_state()
@@ -400,7 +407,7 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                 raise RuntimeError(f"DRO: the training cases of fold {self.fold} changed since initialize()")
             return nnUNetDataLoaderDRO(dataset_tr, self.batch_size, initial_patch_size,
                                        self.configuration_manager.patch_size, self.label_manager,
-                                       case_ids=self.dro_case_ids, sampler=self.case_weighting,
+                                       CaseDraws(self.dro_case_ids, self.case_weighting),
                                        oversample_foreground_percent=self.oversample_foreground_percent,
                                        pad_sides=None, transforms=tr_transforms,
                                        probabilistic_oversampling=self.probabilistic_oversampling)
@@ -501,32 +508,13 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
             return "; uniform sampling (ERM phase): no robust weighting yet"
         return "; uniform sampling (backed off by the stability guard)"
 
-    def _erm_phase_epochs(self, history: list) -> Optional[List[int]]:
-        """The epochs the scheme's ERM phase sampled uniformly (None for a scheme without one): the
-        first ``uniform_until`` of training, and every epoch up to the one at whose end every
-        structure was learned (``uniform_until_learned``), or all of them if that never happened."""
-        settings, w = self.dro_settings, self.case_weighting
-        threshold = getattr(settings, "uniform_until_learned", None)
-        until = float(getattr(settings, "uniform_until", 0.0) or 0.0)
-        if threshold is None and until <= 0:
-            return None
-        n = self.num_epochs
-        epochs = {e for e in range(n) if e / max(1, n) < until}
-        if threshold is not None:
-            if getattr(w, "held_uniform", False):
-                epochs |= set(range(n))
-            else:
-                released_after = all_learned_epoch(history, float(threshold))
-                epochs |= set(range(n if released_after is None else min(n, released_after + 1)))
-        return sorted(epochs)
-
     def on_epoch_end(self):
         super().on_epoch_end()
         history = pseudo_dice_history(self)
         if self.local_rank == 0:
             self.print_to_log_file("DRO " + stability_line(history))
-        self._release_when_learned(history)
-        self._apply_guard(history, announce=True)
+        if self.dro_phase is not None:
+            self.dro_phase.on_epoch_end(history)
         if self.dro_write_report_every_epoch:
             self.write_hardness_report(redraw_now=False)
 
@@ -534,12 +522,11 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
         super().on_train_end()  # saves checkpoint_final.pth (with dro_state), stops the workers
         if self.local_rank == 0 and self.case_weighting is not None:
             history = pseudo_dice_history(self)
-            erm = self._erm_phase_epochs(history)
+            phase = self.dro_phase
+            erm = None if phase is None else phase.erm_phase_epochs(history)
             never_left = erm is not None and len(erm) == self.num_epochs
             if erm is not None:
-                threshold = getattr(self.dro_settings, "uniform_until_learned", None)
-                self.print_to_log_file("DRO: " + erm_phase_line(erm, self.num_epochs, never_left,
-                                                                None if threshold is None else float(threshold)))
+                self.print_to_log_file("DRO: " + erm_phase_line(erm, self.num_epochs, never_left, phase.until_learned))
             # the robustness benchmark found the gains only where every structure was learned within
             # the first half of the budget (docs/evidence.md); a run that never left its ERM phase
             # gets no word about robust weighting, which it never did
@@ -549,74 +536,14 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                        "epochs" if never_left else
                        "robust weighting draws hard cases more and so leaves fewer draws for what every case "
                        "still lacks: consider more epochs"))
-            if self._guard_on:
-                state, _ = self._replay_guard(history)
-                uniform = sorted(set(state.backed_off_epochs) | set(erm or []))
-                self.print_to_log_file(f"DRO guard: {state.backoffs} back-off(s) to uniform sampling, "
-                                       f"{len(uniform)} of {self.num_epochs} epochs sampled uniformly"
-                                       + (f" (epochs {_epoch_ranges(uniform)}"
-                                          + (", the ERM phase's included)" if erm else ")") if uniform else ""))
+            guard_line = None if phase is None else phase.summary_line(history, erm)
+            if guard_line is not None:
+                self.print_to_log_file(guard_line)
         self.write_hardness_report()
         if self.case_weighting is not None:
             # keep the final state for any later save_checkpoint; release the shared memory
             self._dro_final_state = self._dro_state()
             self._close_case_weighting()
-
-    @property
-    def _guard_on(self) -> bool:
-        return bool(getattr(self.dro_settings, "guard", False))  # only the adaptive scheme has a guard
-
-    def _release_when_learned(self, history: list) -> None:
-        """End the ERM phase of ``dro_settings.uniform_until_learned`` once the epoch that just ended had every
-        structure learned (every rank logs the same gathered pseudo-Dice, so all release together)."""
-        threshold = getattr(self.dro_settings, "uniform_until_learned", None)  # adaptive scheme only
-        weighting = self.case_weighting
-        if threshold is None or weighting is None or not weighting.held_uniform:
-            return
-        if history and all_learned(history[-1], float(threshold)):
-            weighting.release()
-            self.print_to_log_file(f"DRO: every structure's pseudo-Dice >= {float(threshold):g} at epoch "
-                                   f"{self.current_epoch - 1}: robust weighting from epoch {self.current_epoch} on")
-
-    def _replay_guard(self, history: list):
-        return replay_guard(history, LEARNED, THRESHOLD, float(self.dro_settings.guard_recover))
-
-    def _apply_guard(self, history: list, announce: bool) -> None:
-        """Put the stability guard's state for the next epoch into the weighting (a pure function of
-        the logged pseudo-Dice, so a resumed run gets the same state) and log the decision taken at
-        the end of the epoch that just ended (every rank sees the same gathered pseudo-Dice)."""
-        if not self._guard_on or self.case_weighting is None:
-            return
-        settings = self.dro_settings
-        state, events = self._replay_guard(history)
-        fraction = escalated_fraction(settings.fraction, state.backoffs) if settings.guard_escalate \
-            else float(settings.fraction)
-        self.case_weighting.set_backoff(state.backed_off, fraction)
-        if not announce or self.local_rank != 0:
-            return
-        for event in events:
-            if event.epoch == len(history) - 1:
-                self.print_to_log_file(self._guard_message(event, fraction))
-
-    def _guard_message(self, event: GuardEvent, fraction: float) -> str:
-        names = self._structure_names()
-        what = ", ".join(f"{names[i] if i < len(names) else f'structure {i + 1}'} (pseudo-Dice {d:.3f}, best {b:.3f})"
-                         for i, d, b in zip(event.structures, event.dice, event.best))
-        if event.kind == "back-off" and getattr(self.case_weighting, "held_uniform", False):
-            return (f"DRO guard: learned structure lost at epoch {event.epoch}: {what}; back-off {event.backoffs}, "
-                    f"inside the ERM phase: sampling stays uniform")
-        if event.kind == "back-off":
-            return (f"DRO guard: learned structure lost at epoch {event.epoch}: {what}; back-off {event.backoffs}: "
-                    f"uniform sampling (ERM) from epoch {event.epoch + 1} until it is back to "
-                    f"{float(self.dro_settings.guard_recover):g} of its best")
-        if getattr(self.case_weighting, "held_uniform", False):
-            # recovered inside the ERM phase: sampling stays uniform; saying "robust weighting again"
-            # would misread the log of a run that has not left its ERM phase yet
-            return (f"DRO guard: recovered at epoch {event.epoch}: {what}; still in the ERM phase (uniform "
-                    f"until every structure's pseudo-Dice >= {float(self.dro_settings.uniform_until_learned):g}), "
-                    f"robust weighting then with f = {fraction:g}")
-        return (f"DRO guard: recovered at epoch {event.epoch}: {what}; robust weighting again from epoch "
-                f"{event.epoch + 1} with f = {fraction:g}")
 
     def _structure_names(self) -> List[str]:
         """The names of the structures nnU-Net's pseudo-Dice lists, in its order (dataset.json's
@@ -738,7 +665,8 @@ class nnUNetTrainerCaseWeighting(nnUNetTrainerPerSampleLoss):
                                f"{self.case_weighting.scheme!r}; resume with the trainer that wrote it")
         self.case_weighting.load_state_dict(self._own_random_streams(weighting_state, state))
         self._dro_history = {k: list(state.get("history", {}).get(k, [])) for k in HISTORY_KEYS}
-        self._apply_guard(pseudo_dice_history(self), announce=False)  # the guard's state for the next epoch
+        if self.dro_phase is not None:
+            self.dro_phase.on_resume(pseudo_dice_history(self))  # the guard's state for the next epoch
         self.print_to_log_file(f"DRO: restored the case-weighting state of {len(self.dro_case_ids)} cases from the "
                                f"checkpoint")
 
@@ -800,3 +728,11 @@ class nnUNetTrainerDROAdaptive(nnUNetTrainerDRO):
         uniform_until_learned=ALL_LEARNED,
         # off; the variants that turn them on get draw-time-beta weights, 1 at a first draw, self-normalised
         importance=ImportanceSettings(enabled=False, first_draw_one=True, self_normalise=True))
+
+    # the ERM phase and guard live in ``self.dro_phase``; these two names stay for callers that
+    # drive them epoch by epoch (tests, subclasses)
+    def _release_when_learned(self, history: list) -> None:
+        self.dro_phase.release_when_learned(history)
+
+    def _apply_guard(self, history: list, announce: bool) -> None:
+        self.dro_phase.apply_guard(history, announce)

@@ -37,7 +37,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.errors import UserError
-from nnunet_dro.sampling.hardness import HardnessWeightedSampler
+from nnunet_dro.sampling.hardness import NO_IMPORTANCE, HardnessWeightedSampler
 from nnunet_dro.weighting.base import CaseWeighting, LatestLosses, check_batch
 
 STATE_VERSION = 1
@@ -145,7 +145,7 @@ class ErrorSetWeighting(LatestLosses, CaseWeighting):
         self._init_latest(self.num_cases)
         self._draws_since_fixed = np.zeros(self.num_cases, dtype=np.int64)
         self.sampler = HardnessWeightedSampler(self.num_cases, beta=1.0, init_loss=np.zeros(self.num_cases),
-                                               importance_sampling=False, seed=seed, shared=shared)
+                                               importance=NO_IMPORTANCE, seed=seed, shared=shared)
 
     # -------------------------------------------------------------- the training loop
     def sample_with_beta(self, batch_size: int) -> tuple[NDArray[np.int64], float]:

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from nnunet_dro.sampling.hardness import HardnessWeightedSampler
+from nnunet_dro.sampling.hardness import NO_IMPORTANCE, HardnessWeightedSampler
 from nnunet_dro.weighting.base import CaseWeighting, LatestLosses, check_batch
 
 STATE_VERSION = 1
@@ -83,7 +83,7 @@ class FixedWeighting(LatestLosses, CaseWeighting):
         self._p = w / w.sum()
         # softmax(1 * log w) = w / sum(w): the sum tree of the hardness sampler draws it in O(log n)
         log_w = np.where(w > 0, np.log(np.where(w > 0, w, 1.0) / w.max()), _LOG_ZERO)
-        self.sampler = HardnessWeightedSampler(w.size, beta=1.0, init_loss=log_w, importance_sampling=False,
+        self.sampler = HardnessWeightedSampler(w.size, beta=1.0, init_loss=log_w, importance=NO_IMPORTANCE,
                                                seed=seed, shared=shared)
         self._init_latest(w.size)
         self._epoch_group_draws = {g: 0 for g in self.group_names}

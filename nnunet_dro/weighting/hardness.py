@@ -11,13 +11,14 @@ and the uniform warm-up pass.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.sampling.distributions import chi2_dro_objective, entropy, kl_dro_objective
-from nnunet_dro.sampling.hardness import HardnessWeightedSampler
+from nnunet_dro.sampling.hardness import HardnessWeightedSampler, ImportanceClip
 from nnunet_dro.sampling.temperature import (
     NO_TRIM,
     beta_from_spread,
@@ -73,8 +74,8 @@ class HardnessWeighting(CaseWeighting):
         self.loss_smoothing = float(loss_smoothing)
         self.init_loss = init_loss
         self.sampler = HardnessWeightedSampler(
-            num_cases, beta=self._initial_beta(beta), init_loss=init_loss, importance_sampling=importance.enabled,
-            clip=importance.clip, seed=seed, shared=shared, divergence=self.divergence, warmup=warmup)
+            num_cases, beta=self._initial_beta(beta), init_loss=init_loss,
+            importance=ImportanceClip(importance.enabled, importance.clip), seed=seed, shared=shared, divergence=self.divergence, warmup=warmup)
         self.weight_scale = 1.0  # running mean of the raw weights (self-normalisation)
 
     def _initial_beta(self, beta: float) -> float:
@@ -246,13 +247,37 @@ class AdaptiveHardnessWeighting(HardnessWeighting):
 
     scheme = "kl_adaptive"
     RULES = ("perplexity", "spread")
+    #: the frozen settings class (AdaptiveHardnessSettings); set by nnunet_dro.weighting.settings,
+    #: which imports this module (the package imports both, so it is set before any use)
+    settings_class: Any = None
 
-    def __init__(self, num_cases: int, fraction: float = 0.5, beta_max: float = 100.0,
-                 init_loss: float | ArrayLike = 100.0, importance: ImportanceWeights = ImportanceWeights(),
-                 seed: int | None = None, shared: bool = False, warmup: bool = False,
-                 loss_smoothing: float = 1.0, rule: str = "perplexity", kappa: float = 1.0,
-                 adapt_every: int | None = None, uniform_until: float = 0.0, max_weight: float | None = None,
-                 hold_uniform: bool = False, trim_fraction: float = 0.0):
+    def __init__(self, num_cases: int, settings: Any = None, *,
+                 init_loss: float | ArrayLike | None = None, seed: int | None = None, shared: bool = False,
+                 hold_uniform: bool | None = None, adapt_every: int | None = None, **fields: Any):
+        """``settings``: the frozen :class:`~nnunet_dro.weighting.settings.AdaptiveHardnessSettings`
+        (None: its defaults). In plain Python its fields can be given as keywords instead, which
+        replace those of ``settings`` and are validated as the settings are:
+        ``AdaptiveHardnessWeighting(n, fraction=0.25, max_weight=5.0, seed=0)`` is
+        ``AdaptiveHardnessWeighting(n, AdaptiveHardnessSettings(fraction=0.25, max_weight=5.0), seed=0)``.
+
+        What is not a setting: ``init_loss`` (a scalar or one stale loss per case; None: the
+        settings' ``init_loss``, else 100), ``seed`` (the stream of the draws, used as is; the
+        settings' ``build`` derives it from their seed and the rank), ``shared`` (shared memory),
+        ``hold_uniform`` (held uniform until :meth:`release`; None: whether the settings have
+        ``uniform_until_learned``) and ``adapt_every`` (updates between two solves of beta; None:
+        one per 256 cases). The guard's fields are the trainer's and are not read here.
+        """
+        settings = self.settings_class() if settings is None else settings
+        if fields:
+            settings = replace(settings, **fields)
+        self.settings = settings
+        fraction, beta_max, rule, kappa = settings.fraction, settings.beta_max, settings.rule, settings.kappa
+        uniform_until, max_weight, trim_fraction = settings.uniform_until, settings.max_weight, settings.trim_fraction
+        importance, warmup, loss_smoothing = settings.importance, settings.warmup, settings.loss_smoothing
+        if init_loss is None:
+            init_loss = 100.0 if settings.init_loss is None else float(settings.init_loss)
+        if hold_uniform is None:
+            hold_uniform = settings.uniform_until_learned is not None
         if rule not in self.RULES:
             raise ValueError(f"rule must be one of {self.RULES}, got {rule!r}")
         if not (0.0 < fraction <= 1.0):

@@ -234,12 +234,13 @@ class AdaptiveHardnessSettings(_StaleLossSettings):
     def build(self, num_cases: int, rank: int = 0, shared: bool = True) -> AdaptiveHardnessWeighting:
         """The weighting over ``num_cases`` cases, drawing with seed + ``rank`` (held uniform when
         ``uniform_until_learned`` is set, until the trainer releases it)."""
-        return AdaptiveHardnessWeighting(
-            num_cases, fraction=float(self.fraction), beta_max=float(self.beta_max), rule=self.rule,
-            kappa=float(self.kappa), uniform_until=float(self.uniform_until),
-            max_weight=None if self.max_weight is None else float(self.max_weight),
-            hold_uniform=self.uniform_until_learned is not None, trim_fraction=float(self.trim_fraction),
-            **self._common(rank, shared))
+        common = self._common(rank, shared)
+        return AdaptiveHardnessWeighting(num_cases, self, init_loss=common["init_loss"], seed=common["seed"],
+                                         shared=shared)
+
+
+# the weighting reads its settings from this class (its module cannot import this one)
+AdaptiveHardnessWeighting.settings_class = AdaptiveHardnessSettings
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,8 +37,9 @@ case the second training never draws is no JTT, and upweighting test cases would
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -107,15 +108,40 @@ def jtt_table(per_case: pd.DataFrame, fraction: float, rule: str, upweight: floa
     return table, errors
 
 
-def write_jtt_table(prediction: str, output: str | Path, *, reference: str | None = None, fraction: float = 0.2,
-                    rule: str = "worst-dice", upweight: float = 5.0, regions: str | None = None,
-                    folds: Sequence[int] | None = None, num_processes: int | None = None,
-                    echo: Callable[[str], None] = print, name: str | None = None,
-                    progress: bool = False) -> pd.DataFrame:
+@dataclass(frozen=True)
+class JttOptions:
+    """How :func:`write_jtt_table` scores the first training and chooses the error set.
+
+    ``fraction``, ``rule``, ``upweight``: the error set (the worst ``fraction`` of the training
+    cases by ``rule``, drawn ``upweight`` times as often); ``regions``, ``folds``,
+    ``num_processes``: as ``nnunet_dro evaluate`` reads the first training; ``echo``: where the
+    notes go; ``name``: the first training's name in messages (default: its folder's name);
+    ``progress``: a progress bar on stderr while cases are read.
+
+    >>> replace(JttOptions(), fraction=0.1).fraction
+    0.1
+    """
+
+    fraction: float = 0.2
+    rule: str = "worst-dice"
+    upweight: float = 5.0
+    regions: str | None = None
+    folds: Sequence[int] | None = None
+    num_processes: int | None = None
+    echo: Callable[[str], None] = print
+    name: str | None = None
+    progress: bool = False
+
+
+def write_jtt_table(prediction: str, output: str | Path, *, reference: str | None = None,
+                    options: JttOptions | None = None, **overrides: Any) -> pd.DataFrame:
     """Evaluate the first training (a trainer output folder for its cross-validation, or a
     prediction folder with ``reference``), choose the error set, write ``output`` atomically and
-    return the table (with each case's score). ``name``: the first training's name in messages
-    (default: its folder's name); ``progress``: a progress bar on stderr while cases are read."""
+    return the table (with each case's score). ``options`` (:class:`JttOptions`; None: its
+    defaults) says how; a keyword of :class:`JttOptions` replaces that field (an unknown one is a
+    TypeError): ``write_jtt_table(folder, "case_weights.tsv", fraction=0.1)``."""
+    o = replace(options or JttOptions(), **overrides)
+    fraction, rule, upweight, echo = o.fraction, o.rule, o.upweight, o.echo
     from nnunet_dro.evaluation.api import MissingPredictionError, evaluate
 
     output = Path(output)
@@ -125,10 +151,10 @@ def write_jtt_table(prediction: str, output: str | Path, *, reference: str | Non
         raise UserError(f"-o {output}: folder {output.parent} does not exist")
     if reference is not None:
         _check_training_reference(reference)
-    name = name or Path(prediction).name or "first training"
+    name = o.name or Path(prediction).name or "first training"
     try:
-        result = evaluate(reference, {name: prediction}, None, regions=regions, num_processes=num_processes,
-                          progress=progress, folds=folds, echo=echo)
+        result = evaluate(reference, {name: prediction}, None, regions=o.regions, num_processes=o.num_processes,
+                          progress=o.progress, folds=o.folds, echo=echo)
     except MissingPredictionError as error:
         # jtt has no --missing: a case the first training never predicted has no error to rank, and a
         # Dice of 0 invented for it would put it in the error set
@@ -136,7 +162,7 @@ def write_jtt_table(prediction: str, output: str | Path, *, reference: str | Non
         raise UserError(f"{problems} (JTT ranks every training case by the first training's error: write "
                         f"the missing predictions first, e.g. nnUNetv2_train DATASET CONFIG FOLD --val with the "
                         f"first training's -tr)") from None
-    _check_training_cases(result.settings["reference"], sorted(set(result.per_case["case"])), folds)
+    _check_training_cases(result.settings["reference"], sorted(set(result.per_case["case"])), o.folds)
     per_case = result.per_case[result.per_case["metric"] == "dice"]
     table, errors = jtt_table(per_case, fraction, rule, upweight)
     ties, asked = boundary_ties(per_case, fraction, rule)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from nnunet_dro.sampling import HardnessWeightedSampler
+from nnunet_dro.sampling import HardnessWeightedSampler, ImportanceClip
 from nnunet_dro.sampling.temperature import (
     capped_softmax,
     loss_ceiling,
@@ -189,7 +189,8 @@ def test_sampler_updates_keep_the_tree_equal_to_a_rebuild_under_a_ceiling():
 
 
 def test_importance_weights_compare_clipped_losses():
-    with HardnessWeightedSampler(4, beta=2.0, init_loss=[0.0, 1.0, 2.0, 3.0], clip=(1e-6, 1e6)) as s:
+    with HardnessWeightedSampler(4, beta=2.0, init_loss=[0.0, 1.0, 2.0, 3.0],
+                                 importance=ImportanceClip(clip=(1e-6, 1e6))) as s:
         s.set_beta(2.0, 1.5)
         w = s.importance_weights([0, 2, 3], [1.0, 5.0, 0.0])
         # case 0: 0 -> 1 (both under 1.5); case 2: 1.5 -> 1.5 (both above); case 3: 1.5 -> 0

@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from nnunet_dro.sampling import HardnessWeightedSampler, kl_dro_objective, kl_dro_probabilities
+from nnunet_dro.sampling import (
+    NO_IMPORTANCE,
+    HardnessWeightedSampler,
+    ImportanceClip,
+    kl_dro_objective,
+    kl_dro_probabilities,
+)
 from sampling_helpers import chi_square_pvalue
 
 
@@ -159,7 +165,7 @@ def test_importance_weights_of_extreme_losses(fresh, expected):
 
 
 def test_importance_sampling_off_gives_ones():
-    with HardnessWeightedSampler(4, importance_sampling=False) as s:
+    with HardnessWeightedSampler(4, importance=NO_IMPORTANCE) as s:
         np.testing.assert_array_equal(s.importance_weights([0, 1, 1], [9.0, -9.0, 0.5]), 1.0)
 
 
@@ -214,8 +220,8 @@ def test_state_dict_round_trip_restores_losses_counts_and_rng():
     ({"num_cases": 0}, "num_cases"),
     ({"num_cases": 3, "beta": 0.0}, "beta"),
     ({"num_cases": 3, "beta": float("nan")}, "beta"),
-    ({"num_cases": 3, "clip": (0.0, 10.0)}, "clip"),
-    ({"num_cases": 3, "clip": (10.0, 0.1)}, "clip"),
+    ({"num_cases": 3, "importance": ImportanceClip(clip=(0.0, 10.0))}, "clip"),
+    ({"num_cases": 3, "importance": ImportanceClip(clip=(10.0, 0.1))}, "clip"),
     ({"num_cases": 3, "init_loss": [1.0, 2.0]}, "shape"),
     ({"num_cases": 2, "init_loss": [1.0, float("nan")]}, "NaN"),
     ({"num_cases": 2, "init_loss": float("inf")}, "finite"),

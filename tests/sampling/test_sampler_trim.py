@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nnunet_dro.sampling import HardnessWeightedSampler
+from nnunet_dro.sampling import HardnessWeightedSampler, ImportanceClip
 from nnunet_dro.sampling.temperature import (
     NO_TRIM,
     capped_softmax,
@@ -145,7 +145,8 @@ def test_sampler_updates_keep_the_tree_equal_to_a_rebuild_under_a_trim():
 
 
 def test_importance_weights_compare_trimmed_losses():
-    with HardnessWeightedSampler(4, beta=2.0, init_loss=[0.0, 1.0, 2.0, 3.0], clip=(1e-6, 1e6)) as s:
+    with HardnessWeightedSampler(4, beta=2.0, init_loss=[0.0, 1.0, 2.0, 3.0],
+                                 importance=ImportanceClip(clip=(1e-6, 1e6))) as s:
         s.set_beta(2.0, math.inf, (2.5, 0.5))
         w = s.importance_weights([0, 2, 3], [3.0, 1.0, 0.0])
         # case 0: 0 -> 3 counted as 0.5; case 2: 2 -> 1; case 3: 3 counted as 0.5 -> 0

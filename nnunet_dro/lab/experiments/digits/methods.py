@@ -13,7 +13,7 @@ from torch import nn
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.lab.experiments.digits.data import DEFAULT_BETAS, DEFAULT_CLIP, DEFAULT_LR, NUM_CLASSES
-from nnunet_dro.sampling import HardnessWeightedSampler
+from nnunet_dro.sampling import HardnessWeightedSampler, ImportanceClip
 from nnunet_dro.weighting.kl_reweighter import DEFAULT_SCHEDULE, KLReweighter
 from nnunet_dro.weighting.learning_to_reweight import learning_to_reweight
 
@@ -99,8 +99,8 @@ class HardnessWeightedSampling:
                  clip: tuple[float, float] = DEFAULT_CLIP, divergence: str = "kl", warmup: bool = False):
         self.sampler = HardnessWeightedSampler(context.num_train, beta=beta,
                                                init_loss=math.log(NUM_CLASSES),
-                                               importance_sampling=importance_sampling,
-                                               clip=clip, seed=context.seed, divergence=divergence,
+                                               importance=ImportanceClip(importance_sampling, clip),
+                                               seed=context.seed, divergence=divergence,
                                                warmup=warmup)
 
     def sample(self, batch_size: int) -> NDArray[np.int64]:

@@ -43,6 +43,16 @@ def _fail(obj: object, name: str, expected: str) -> None:
     raise ValueError(f"{type(obj).__name__}.{name} = {getattr(obj, name)!r}: expected {expected}")
 
 
+def _check_guard_fields(settings) -> None:
+    """The stability guard's fields, shared by the schemes that have the default's ERM phase and guard."""
+    for name in ("guard", "guard_escalate"):
+        if not isinstance(getattr(settings, name), bool):
+            _fail(settings, name, "True or False")
+    recover = settings.guard_recover
+    if isinstance(recover, bool) or not isinstance(recover, (int, float)) or not 0.0 < recover <= 1.0:
+        _fail(settings, "guard_recover", "a fraction of the best pseudo-Dice in (0, 1]")
+
+
 def _finite_positive(obj: object, name: str) -> None:
     value = getattr(obj, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
@@ -224,12 +234,7 @@ class AdaptiveHardnessSettings(_StaleLossSettings):
         if isinstance(self.trim_fraction, bool) or not isinstance(self.trim_fraction, num) \
                 or not 0.0 <= self.trim_fraction < 1.0:
             _fail(self, "trim_fraction", "0 <= trim_fraction < 1")
-        for name in ("guard", "guard_escalate"):
-            if not isinstance(getattr(self, name), bool):
-                _fail(self, name, "True or False")
-        if isinstance(self.guard_recover, bool) or not isinstance(self.guard_recover, num) \
-                or not 0.0 < self.guard_recover <= 1.0:
-            _fail(self, "guard_recover", "a fraction of the best pseudo-Dice in (0, 1]")
+        _check_guard_fields(self)
 
     def build(self, num_cases: int, rank: int = 0, shared: bool = True) -> AdaptiveHardnessWeighting:
         """The weighting over ``num_cases`` cases, drawing with seed + ``rank`` (held uniform when
@@ -408,12 +413,7 @@ class ErrorSetSettings(WeightingSettings):
         if self.refresh_at is not None and (isinstance(self.refresh_at, bool) or not isinstance(self.refresh_at, num)
                                             or not 0.0 < self.refresh_at < 1.0):
             _fail(self, "refresh_at", "None or a fraction of the epochs in (0, 1)")
-        for name in ("guard", "guard_escalate"):
-            if not isinstance(getattr(self, name), bool):
-                _fail(self, name, "True or False")
-        if isinstance(self.guard_recover, bool) or not isinstance(self.guard_recover, num) \
-                or not 0.0 < self.guard_recover <= 1.0:
-            _fail(self, "guard_recover", "a fraction of the best pseudo-Dice in (0, 1]")
+        _check_guard_fields(self)
 
     def build(self, num_cases: int, rank: int = 0, shared: bool = True) -> ErrorSetWeighting:
         """The weighting over ``num_cases`` cases, held uniform until the trainer fixes the set."""

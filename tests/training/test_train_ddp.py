@@ -70,11 +70,12 @@ def _get_result(results, procs, timeout: float = 240.0):
     raise AssertionError("no result from the ranks within the timeout")
 
 
-def test_ranks_hold_the_same_loss_vector_after_all_gathered_updates():
+def _run_ranks(target) -> list:
+    """Run ``target(rank, port, results)`` on WORLD spawned gloo ranks; their results, by rank."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, port, results)) for r in range(WORLD)]
+    procs = [ctx.Process(target=target, args=(r, port, results)) for r in range(WORLD)]
     for p in procs:
         p.start()
     try:
@@ -83,6 +84,11 @@ def test_ranks_hold_the_same_loss_vector_after_all_gathered_updates():
         for p in procs:
             p.join(timeout=60)
     assert all(p.exitcode == 0 for p in procs)
+    return out
+
+
+def test_ranks_hold_the_same_loss_vector_after_all_gathered_updates():
+    out = _run_ranks(_rank_main)
     (_, losses0, counts0, weights0, beta0, drawn0), (_, losses1, counts1, weights1, beta1, drawn1) = out
     np.testing.assert_array_equal(losses0, losses1)
     assert beta0 == beta1                            # the adaptive beta is the same on every rank
@@ -119,18 +125,7 @@ def _error_set_rank_main(rank: int, port: int, results) -> None:
 
 
 def test_ranks_choose_the_same_error_set_from_the_gathered_losses_and_take_rank_0s():
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_error_set_rank_main, args=(r, port, results)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    try:
-        out = sorted(_get_result(results, procs) for _ in range(WORLD))
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-    assert all(p.exitcode == 0 for p in procs)
+    out = _run_ranks(_error_set_rank_main)
     (_, set0, agreed0, losses0, p0), (_, set1, agreed1, losses1, p1) = out
     assert losses0 == losses1          # the same stale losses (never-drawn cases: inf on both)
     assert set0 == set1 and len(set0) >= 2 and p0 == p1

@@ -12,21 +12,12 @@ import pandas as pd
 import pytest
 import torch
 
-from nnunet_dro.ext_trainers import TRAINER_DIR
 from nnunet_dro.training import nnUNetTrainerDROAdaptive
-from train_helpers import BIN, run_cli
+from train_helpers import BIN, run_cli, train_env, wait_for_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 TRAINER = "nnUNetTrainerDRO_e2eTest"
-
-
-def train_env(ds, test_trainer_dir, num_epochs, skip_final_validation=True):
-    env = dict(ds.env)
-    env["DRO_TEST_SKIP_FINAL_VALIDATION"] = "1" if skip_final_validation else "0"
-    env["nnUNet_extTrainer"] = os.pathsep.join([TRAINER_DIR, str(test_trainer_dir)])
-    env["nnUNet_dro_short_run"] = str(num_epochs)
-    return env
 
 
 def fold_folder(ds, trainer=TRAINER):
@@ -207,12 +198,8 @@ def test_sigkill_of_the_whole_training_then_resume(label_dataset, test_trainer_d
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     latest = folder / "checkpoint_latest.pth"
-    deadline = time.monotonic() + 480
     try:
-        while not (latest.is_file() and load(latest)["current_epoch"] >= 2):
-            assert proc.poll() is None, "training ended before it could be killed"
-            assert time.monotonic() < deadline, "no second checkpoint within 8 minutes"
-            time.sleep(1)
+        wait_for_checkpoint(proc, latest, epoch=2)
         ours = [p.name for p in Path("/dev/shm").glob(f"nnunet_dro_{proc.pid}_*")]
         assert ours, "the trainer's shared sampler block is not named after its pid"
     finally:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import textwrap
 import time
 
 import numpy as np
@@ -17,58 +16,13 @@ import pytest
 import torch
 from test_train_export import TrainedModel, predict_args, read_prediction, run_in, stock_only_env
 
-from nnunet_dro.ext_trainers import TRAINER_DIR
 from nnunet_dro.weighting.error_set import error_set_probabilities
-from train_helpers import BIN, run_cli
+from train_helpers import BIN, run_cli, train_env, wait_for_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
-TRAINERS_MODULE = '''
-"""Test-sized error-set trainers whose ERM phase ends after epoch 0 (any pseudo-Dice >= 0)."""
-import os
-from dataclasses import replace
-
-import torch
-
-from nnunet_dro.training import nnUNetTrainerDROAdaptive_errorSet, nnUNetTrainerDROAdaptive_errorSet_refresh70
-from nnunet_dro.training.short_run import ShortRun
-
-
-class _TestSize(ShortRun):
-    def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
-                 device: torch.device = torch.device('cuda')):
-        super().__init__(plans, configuration, fold, dataset_json, device)
-        self.save_every = 1
-
-    def perform_actual_validation(self, save_probabilities: bool = False):
-        if os.environ.get('DRO_TEST_SKIP_FINAL_VALIDATION') == '1':
-            return
-        super().perform_actual_validation(save_probabilities)
-
-
-class nnUNetTrainerDROAdaptive_errorSet_e2eTest(_TestSize, nnUNetTrainerDROAdaptive_errorSet):
-    dro_settings = replace(nnUNetTrainerDROAdaptive_errorSet.dro_settings, uniform_until_learned=0.0)
-
-
-class nnUNetTrainerDROAdaptive_errorSet_refresh70_e2eTest(_TestSize, nnUNetTrainerDROAdaptive_errorSet_refresh70):
-    dro_settings = replace(nnUNetTrainerDROAdaptive_errorSet_refresh70.dro_settings, uniform_until_learned=0.0)
-'''
-TRAINER = "nnUNetTrainerDROAdaptive_errorSet_e2eTest"
+TRAINER = "nnUNetTrainerDROAdaptive_errorSet_e2eTest"  # the test trainers of train_helpers.TEST_TRAINER_MODULE
 REFRESH = "nnUNetTrainerDROAdaptive_errorSet_refresh70_e2eTest"
-
-
-@pytest.fixture(scope="module")
-def trainer_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("ext_trainers_error_set")
-    (folder / "dro_error_set_test_trainers.py").write_text(textwrap.dedent(TRAINERS_MODULE))
-    return folder
-
-
-def env_for(ds, trainer_dir, run, skip_final_validation=True):
-    env = dict(ds.env)
-    env.update({"nnUNet_extTrainer": os.pathsep.join([TRAINER_DIR, str(trainer_dir)]), "nnUNet_dro_short_run": run,
-                "DRO_TEST_SKIP_FINAL_VALIDATION": "1" if skip_final_validation else "0"})
-    return env
 
 
 def load(path):
@@ -121,19 +75,15 @@ def _group_alive(pgid):
         return False
 
 
-def test_the_set_is_fixed_after_the_erm_phase_and_kept_through_a_kill_and_resume(label_dataset, trainer_dir):
+def test_the_set_is_fixed_after_the_erm_phase_and_kept_through_a_kill_and_resume(label_dataset, test_trainer_dir):
     ds = label_dataset
     folder = ds.results / ds.folder_name / f"{TRAINER}__nnUNetPlans__3d_fullres" / "fold_0"
     cmd = [str(BIN / "nnUNetv2_train"), str(ds.dataset_id), "3d_fullres", "0", "-tr", TRAINER, "-device", "cpu"]
-    proc = subprocess.Popen(cmd, env=env_for(ds, trainer_dir, "200x6"), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, env=train_env(ds, test_trainer_dir, "200x6"), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     latest = folder / "checkpoint_latest.pth"
-    deadline = time.monotonic() + 480
     try:
-        while not (latest.is_file() and load(latest)["current_epoch"] >= 2):
-            assert proc.poll() is None, "training ended before it could be killed"
-            assert time.monotonic() < deadline, "no second checkpoint within 8 minutes"
-            time.sleep(1)
+        wait_for_checkpoint(proc, latest, epoch=2)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
@@ -148,7 +98,7 @@ def test_the_set_is_fixed_after_the_erm_phase_and_kept_through_a_kill_and_resume
     assert len(before["error_set"]["choices"]) == 1
 
     # --c: the same set, chosen at the same epoch, drawn with the same weights; no new choice
-    run_cli(cmd + ["--c"], env_for(ds, trainer_dir, f"{saved['current_epoch'] + 1}x6"))
+    run_cli(cmd + ["--c"], train_env(ds, test_trainer_dir, f"{saved['current_epoch'] + 1}x6"))
     after = load(folder / "checkpoint_final.pth")["dro_state"]
     assert after["error_set"]["cases"] == before["error_set"]["cases"]
     assert after["error_set"]["choices"] == before["error_set"]["choices"]
@@ -159,12 +109,12 @@ def test_the_set_is_fixed_after_the_erm_phase_and_kept_through_a_kill_and_resume
     assert "DRO error set: restored, chosen at epoch 0: " + ", ".join(before["error_set"]["cases"]) in log
 
 
-def test_the_refresh_variant_chooses_again_at_70_percent_and_exports_to_stock_nnunet(label_dataset, trainer_dir,
+def test_the_refresh_variant_chooses_again_at_70_percent_and_exports_to_stock_nnunet(label_dataset, test_trainer_dir,
                                                                                      tmp_path):
     ds = label_dataset
     results = tmp_path / "results"
     results.mkdir()
-    env = env_for(ds, trainer_dir, "4x6", skip_final_validation=False)
+    env = train_env(ds, test_trainer_dir, "4x6", skip_final_validation=False)
     env["nnUNet_results"] = str(results)
     run_in([BIN / "nnUNetv2_train", ds.dataset_id, "3d_fullres", 0, "-tr", REFRESH, "-device", "cpu"], env, tmp_path)
     model_folder = results / ds.folder_name / f"{REFRESH}__nnUNetPlans__3d_fullres"

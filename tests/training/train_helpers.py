@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
+import torch
 from nnunetv2.dataset_conversion.generate_dataset_json import generate_dataset_json
 
 from nnunet_dro.data.synthetic_shapes import noisy_sphere
+from nnunet_dro.ext_trainers import TRAINER_DIR
 
 BIN = Path(sys.executable).parent
 NUM_CASES = 6
@@ -27,7 +30,14 @@ import numpy as np
 import torch
 
 from nnunet_dro.lab.variants import nnUNetTrainerDROAdaptive_fromStart
-from nnunet_dro.training import nnUNetTrainerCaseWeights, nnUNetTrainerDRO, nnUNetTrainerDROAdaptive, nnUNetTrainerGroupDRO
+from nnunet_dro.training import (
+    nnUNetTrainerCaseWeights,
+    nnUNetTrainerDRO,
+    nnUNetTrainerDROAdaptive,
+    nnUNetTrainerDROAdaptive_errorSet,
+    nnUNetTrainerDROAdaptive_errorSet_refresh70,
+    nnUNetTrainerGroupDRO,
+)
 from nnunet_dro.training.short_run import ShortRun
 
 
@@ -92,7 +102,26 @@ class nnUNetTrainerGroupDRO_e2eTest(TestSize, nnUNetTrainerGroupDRO):
 
 class nnUNetTrainerCaseWeights_e2eTest(TestSize, nnUNetTrainerCaseWeights):
     pass
+
+
+class nnUNetTrainerDROAdaptive_errorSet_e2eTest(TestSize, nnUNetTrainerDROAdaptive_errorSet):
+    """The error set chosen when the ERM phase ends, after epoch 0 (any pseudo-Dice >= 0)."""
+    dro_settings = replace(nnUNetTrainerDROAdaptive_errorSet.dro_settings, uniform_until_learned=0.0)
+
+
+class nnUNetTrainerDROAdaptive_errorSet_refresh70_e2eTest(TestSize, nnUNetTrainerDROAdaptive_errorSet_refresh70):
+    dro_settings = replace(nnUNetTrainerDROAdaptive_errorSet_refresh70.dro_settings, uniform_until_learned=0.0)
 '''
+
+
+def train_env(ds, test_trainer_dir, num_epochs, skip_final_validation=True):
+    """nnU-Net's environment for a test-sized training: our trainers and the test trainers found,
+    ``num_epochs`` (or ``EPOCHSxITERATIONS``) through nnUNet_dro_short_run."""
+    env = dict(ds.env)
+    env["DRO_TEST_SKIP_FINAL_VALIDATION"] = "1" if skip_final_validation else "0"
+    env["nnUNet_extTrainer"] = os.pathsep.join([TRAINER_DIR, str(test_trainer_dir)])
+    env["nnUNet_dro_short_run"] = str(num_epochs)
+    return env
 
 
 @dataclass
@@ -156,3 +185,12 @@ def make_preprocessed_dataset(tmp_root: Path, dataset_id: int, name: str, region
     return PreprocessedDataset(dataset_id, name, env, raw, pre, res, test_images)
 
 
+def wait_for_checkpoint(proc, latest: Path, epoch: int, within_s: float = 480) -> None:
+    """Wait until the running training ``proc`` has saved ``latest`` at ``epoch`` or later (the
+    moment a test kills it); fail if the training ends first or takes longer than ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while not (latest.is_file() and torch.load(str(latest), map_location="cpu", weights_only=False)["current_epoch"]
+               >= epoch):
+        assert proc.poll() is None, "training ended before it could be killed"
+        assert time.monotonic() < deadline, f"no checkpoint at epoch {epoch} within {within_s / 60:g} minutes"
+        time.sleep(1)

@@ -105,11 +105,12 @@ def best_match(labels: np.ndarray, truth: np.ndarray) -> dict:
     return best
 
 
-def kmeans_on_dice(dice: np.ndarray, min_size: int, seed: int) -> np.ndarray:
+def kmeans_best_silhouette(scaled: np.ndarray, min_size: int, seed: int) -> np.ndarray:
+    """k-means labels of the rows of ``scaled``, k by the best silhouette among 2..8 whose every group
+    has at least ``min_size`` rows (one group when no k qualifies)."""
     from sklearn.cluster import KMeans
     from sklearn.metrics import silhouette_score
 
-    scaled = (dice - dice.mean(axis=0)) / np.where(dice.std(axis=0) > 0, dice.std(axis=0), 1)
     best = None
     for k in range(2, 9):
         labels = KMeans(k, n_init=10, random_state=seed).fit_predict(scaled)
@@ -118,7 +119,12 @@ def kmeans_on_dice(dice: np.ndarray, min_size: int, seed: int) -> np.ndarray:
         score = silhouette_score(scaled, labels)
         if best is None or score > best[0]:
             best = (score, labels)
-    return best[1] if best else np.zeros(len(dice), int)
+    return best[1] if best else np.zeros(len(scaled), int)
+
+
+def kmeans_on_dice(dice: np.ndarray, min_size: int, seed: int) -> np.ndarray:
+    scaled = (dice - dice.mean(axis=0)) / np.where(dice.std(axis=0) > 0, dice.std(axis=0), 1)
+    return kmeans_best_silhouette(scaled, min_size, seed)
 
 
 def evaluate_cohort(table: pd.DataFrame, truth: np.ndarray, seed: int) -> list[dict]:
@@ -349,20 +355,8 @@ def kmeans_on_errors(table: pd.DataFrame, min_size: int, seed: int) -> np.ndarra
     """k-means on the error columns discover up-weights (Dice, HD95, Dice rank and volume error per
     region, prepared as discover prepares them), k by the best silhouette among 2..8 with the same
     minimum group size."""
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import silhouette_score
-
     columns = [c for c in table.columns if features.kind_of(c) in features.ERROR_KINDS]
-    scaled = clustering.standardise(table[columns]).to_numpy()
-    best = None
-    for k in range(2, 9):
-        labels = KMeans(k, n_init=10, random_state=seed).fit_predict(scaled)
-        if np.bincount(labels).min() < min_size:
-            continue
-        score = silhouette_score(scaled, labels)
-        if best is None or score > best[0]:
-            best = (score, labels)
-    return best[1] if best else np.zeros(len(table), int)
+    return kmeans_best_silhouette(clustering.standardise(table[columns]).to_numpy(), min_size, seed)
 
 
 def hardest_tenth(table: pd.DataFrame, truth: np.ndarray) -> dict:

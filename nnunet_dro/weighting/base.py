@@ -257,6 +257,24 @@ class LatestLosses:
         return self._counts.copy()
 
 
+
+class SumTreeDraws:
+    """For schemes that draw from the weights held in ``self.sampler``'s sum tree (log weights as its
+    losses at beta 1; shared memory reaches the data-loading workers) and weight every step 1: the
+    fixed case weights, the group-balanced draws, JTT's error set."""
+
+    def sample_with_beta(self, batch_size: int) -> tuple[NDArray[np.int64], float]:
+        return self.sampler.sample_with_beta(batch_size)[0], float("nan")
+
+    def weights(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> NDArray[np.float64]:
+        idx, _ = check_batch(indices, losses, self.num_cases)
+        return np.ones(idx.shape, dtype=np.float64)
+
+    def weights_before_loss(self, indices: ArrayLike, draw_beta: ArrayLike | None = None
+                            ) -> NDArray[np.float64] | None:
+        idx, _ = check_batch(indices, np.zeros(np.asarray(indices).size), self.num_cases)
+        return np.ones(idx.shape, dtype=np.float64)
+
 def draw_betas(draw_beta: ArrayLike | None, size: int, default: float) -> NDArray[np.float64]:
     """The per-sample beta of a batch: the given value(s), or ``default`` where missing/NaN."""
     if draw_beta is None:

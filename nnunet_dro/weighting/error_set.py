@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.sampling.hardness import NO_IMPORTANCE, HardnessWeightedSampler
-from nnunet_dro.weighting.base import CaseWeighting, LatestLosses, check_batch
+from nnunet_dro.weighting.base import CaseWeighting, LatestLosses, SumTreeDraws, check_batch
 
 STATE_VERSION = 1
 #: scores this close are a tie (Dice in percent from voxel counts: equal cases are equal to the last digit;
@@ -114,7 +114,7 @@ def error_set_probabilities(num_cases: int, cases: Sequence[int], upweight: floa
     return w / w.sum()
 
 
-class ErrorSetWeighting(LatestLosses, CaseWeighting):
+class ErrorSetWeighting(SumTreeDraws, LatestLosses, CaseWeighting):
     """Uniform draws until :meth:`fix`, then the error set drawn ``upweight`` times as often; step weights 1.
 
     Args:
@@ -148,17 +148,6 @@ class ErrorSetWeighting(LatestLosses, CaseWeighting):
                                                importance=NO_IMPORTANCE, seed=seed, shared=shared)
 
     # -------------------------------------------------------------- the training loop
-    def sample_with_beta(self, batch_size: int) -> tuple[NDArray[np.int64], float]:
-        return self.sampler.sample_with_beta(batch_size)[0], float("nan")
-
-    def weights(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> NDArray[np.float64]:
-        idx, _ = check_batch(indices, losses, self.num_cases)
-        return np.ones(idx.shape, dtype=np.float64)
-
-    def weights_before_loss(self, indices: ArrayLike, draw_beta: ArrayLike | None = None) -> NDArray[np.float64]:
-        idx, _ = check_batch(indices, np.zeros(np.asarray(indices).size), self.num_cases)
-        return np.ones(idx.shape, dtype=np.float64)
-
     def update(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
         idx, fresh = check_batch(indices, losses, self.num_cases)
         finite = self._record_latest(idx, fresh)

@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
 from nnunet_dro.sampling.hardness import NO_IMPORTANCE, HardnessWeightedSampler
-from nnunet_dro.weighting.base import CaseWeighting, LatestLosses, check_batch
+from nnunet_dro.weighting.base import CaseWeighting, LatestLosses, SumTreeDraws, check_batch
 
 STATE_VERSION = 1
 #: Stale "loss" of a case with weight 0 in the sum tree over ``exp(1 * log w)``: exp underflows to 0.
@@ -54,7 +54,7 @@ def _validated_weights(weights: ArrayLike) -> NDArray[np.float64]:
     return w
 
 
-class FixedWeighting(LatestLosses, CaseWeighting):
+class FixedWeighting(SumTreeDraws, LatestLosses, CaseWeighting):
     """Draw case ``i`` with probability ``w_i / sum(w)``; step weights 1.
 
     Args:
@@ -89,18 +89,6 @@ class FixedWeighting(LatestLosses, CaseWeighting):
         self._epoch_group_draws = {g: 0 for g in self.group_names}
 
     # -------------------------------------------------------------- the training loop
-    def sample_with_beta(self, batch_size: int) -> tuple[NDArray[np.int64], float]:
-        return self.sampler.sample_with_beta(batch_size)[0], float("nan")
-
-    def weights(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> NDArray[np.float64]:
-        idx, _ = check_batch(indices, losses, self.num_cases)
-        return np.ones(idx.shape, dtype=np.float64)
-
-    def weights_before_loss(self, indices: ArrayLike, draw_beta: ArrayLike | None = None
-                            ) -> NDArray[np.float64] | None:
-        idx, _ = check_batch(indices, np.zeros(np.asarray(indices).size), self.num_cases)
-        return np.ones(idx.shape, dtype=np.float64)
-
     def update(self, indices: ArrayLike, losses: ArrayLike, draw_beta: ArrayLike | None = None) -> None:
         idx, fresh = check_batch(indices, losses, self.num_cases)
         finite = self._record_latest(idx, fresh)

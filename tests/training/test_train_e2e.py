@@ -168,6 +168,13 @@ def test_until_learned_trainer_releases_robust_weighting_with_workers(label_data
     assert "never left its ERM phase" not in log
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # ended meanwhile
+        return ""
+
+
 def _processes_in_group(pgid):
     found = []
     for entry in os.listdir("/proc"):
@@ -202,6 +209,15 @@ def test_sigkill_of_the_whole_training_then_resume(label_dataset, test_trainer_d
         wait_for_checkpoint(proc, latest, epoch=2)
         ours = [p.name for p in Path("/dev/shm").glob(f"nnunet_dro_{proc.pid}_*")]
         assert ours, "the trainer's shared sampler block is not named after its pid"
+        # the resource tracker, which would unlink the block if it outlived the trainer, is in the
+        # group the kill reaches (checked directly: another test process creating a shared sampler
+        # may sweep the orphan block at any moment after the kill, so its presence proves nothing)
+        assert any("resource_tracker" in _cmdline(pid) for pid in _processes_in_group(proc.pid)), \
+            "no resource tracker in the training's process group: the kill would not take it along"
+        # hold each block under a name no sweep matches, to put back what another process sweeps
+        held = {name: Path("/dev/shm") / f"test_hold_{name}" for name in ours}
+        for name, hold in held.items():
+            os.link(Path("/dev/shm") / name, hold)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
@@ -209,10 +225,18 @@ def test_sigkill_of_the_whole_training_then_resume(label_dataset, test_trainer_d
         if not _processes_in_group(proc.pid):
             break
         time.sleep(0.2)
-    assert not _processes_in_group(proc.pid), "a data-augmentation worker survived the kill"
-    assert all((Path("/dev/shm") / name).exists() for name in ours), \
-        "the block vanished by itself: the kill no longer takes the resource tracker along"
-    cleaned = run_cli([BIN / "nnunet_dro", "cleanup-shm"], env)
+    assert not _processes_in_group(proc.pid), "a data-augmentation worker or the resource tracker survived the kill"
+    # cleanup-shm lists and removes the orphans; retried (at most 20 times) only when another process
+    # swept one first, which the held link puts back (as tests/sampling/test_sampler_processes.py does)
+    for _ in range(20):
+        for name, hold in held.items():
+            if not (Path("/dev/shm") / name).exists():
+                os.link(hold, Path("/dev/shm") / name)
+        cleaned = run_cli([BIN / "nnunet_dro", "cleanup-shm"], env)
+        if all(f"/dev/shm/{name}" in cleaned.stdout for name in ours):
+            break
+    for hold in held.values():
+        hold.unlink()
     assert all(f"/dev/shm/{name}" in cleaned.stdout for name in ours)
     assert not any((Path("/dev/shm") / name).exists() for name in ours)
 

@@ -56,10 +56,10 @@ from scipy import ndimage
 
 # the installed package (pip install -e .), as every script imports it; no path of its own
 from nnunet_dro.atomic import write_text_atomic
-from nnunet_dro.data.label_noise import KINDS, choose_noisy_cases, corrupt
 from nnunet_dro.data.synthetic_fetal import generate_fetal_cohort
 from nnunet_dro.discovery import clustering, description, features
 from nnunet_dro.evaluation.regions import PRESETS
+from nnunet_dro.lab.label_noise import KINDS, choose_noisy_cases, corrupt
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "data_docs" / "benchmark_record"

@@ -53,7 +53,6 @@ from typing import Sequence
 import pandas as pd
 
 from nnunet_dro.atomic import atomic_path, write_text_atomic
-from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
 from nnunet_dro.lab.benchmark_analysis import (
@@ -78,6 +77,7 @@ from nnunet_dro.lab.benchmark_analysis import (
     training_fit,
     training_fit_section,
 )
+from nnunet_dro.lab.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.lab.pipeline import (
     ARM_TRAINERS,
     AUDIT_EXCLUDED_RECORD,

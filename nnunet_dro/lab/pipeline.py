@@ -33,13 +33,13 @@ import pandas as pd
 from nnunet_dro.atomic import replaced_folder, write_text_atomic
 from nnunet_dro.data.exclude_cases import EXCLUDED_FILENAME, reasons_from_flags, write_dataset_without
 from nnunet_dro.data.label_audit import audit_volumes, dataset_labels, label_volumes
-from nnunet_dro.data.label_noise import RECORD as LABEL_NOISE_RECORD
-from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.data.synthetic_fetal import NEW_CENTRE
 from nnunet_dro.errors import UserError
 from nnunet_dro.lab.budget import BUDGET_TRAINERS, SEED_ENV, THREADS_ENV, arm_name
 from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
+from nnunet_dro.lab.label_noise import RECORD as LABEL_NOISE_RECORD
+from nnunet_dro.lab.label_noise import corrupt_training_labels
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_ENV, CASE_WEIGHTS_FILENAME
 from nnunet_dro.training.short_run import SHORT_RUN_ENV, short_run_value
 from nnunet_dro.training.stability import (
@@ -136,7 +136,7 @@ class Cohort:
     n_test: int = 60
     size: int = 32
     seed: int = 0
-    #: training cases whose labels are corrupted (:mod:`nnunet_dro.data.label_noise`); test cases stay clean
+    #: training cases whose labels are corrupted (:mod:`nnunet_dro.lab.label_noise`); test cases stay clean
     label_noise: int = 0
     #: train without the cases ``audit-labels`` flags (within condition, its defaults), after the
     #: label noise: what a user who drops every flagged case would train on (:meth:`Workspace.prepare`)

@@ -10,12 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nibabel as nib
+import numpy as np
 import pandas as pd
 import pytest
 
 from converter_cli import listing, run_converter
 from nnunet_dro.data.exclude_cases import EXCLUDED_FILENAME, training_cases, write_dataset_without
-from nnunet_dro.data.label_noise import corrupt_training_labels
 from nnunet_dro.errors import UserError
 
 
@@ -95,6 +96,14 @@ def test_refused(tmp_path, left_out, message):
         write_dataset_without(source, target, {case: "why" for case in left_out})
 
 
+def _erase_label(path: Path, label: int) -> None:
+    image = nib.load(str(path))
+    seg = np.asarray(image.dataobj).copy()
+    assert (seg == label).any(), f"{path} has no label {label} to erase"
+    seg[seg == label] = 0
+    nib.save(nib.Nifti1Image(seg, image.affine, image.header), str(path))
+
+
 def _fetal(raw: Path, n_train=12) -> Path:
     result = run_converter("make-synthetic", "--kind", "fetal", "--id", "201", "-n", "Fetal", "--n-train", n_train,
                            "--n-test", 3, "--size", 16, "--seed", 3, raw=raw)
@@ -108,23 +117,22 @@ def test_cli_after_an_audit_and_nnunets_integrity_check_accepts_the_result(tmp_p
     source = _fetal(raw)
     groups = dict(pd.read_csv(source / "subgroups.tsv", sep="\t", dtype=str).query("split == 'train'")
                   [["case", "condition"]].values)
-    rows = corrupt_training_labels(source / "labelsTr", {c: "control" for c in groups}, 1, ["other"], seed=0,
-                                   record=tmp_path / "noise.json")
-    assert rows[0]["kind"] == "erase"
+    erased = sorted(groups)[0]
+    _erase_label(source / "labelsTr" / f"{erased}.nii.gz", 1)  # a partial annotation the audit flags missing
     audit = tmp_path / "audit.tsv"
     result = run_converter("audit-labels", "-i", source, "-o", audit, raw=raw)
     assert result.returncode == 0, result.stderr
-    assert rows[0]["case"] in set(pd.read_csv(audit, sep="\t").query("flag == 'missing'")["case"])
+    assert erased in set(pd.read_csv(audit, sep="\t").query("flag == 'missing'")["case"])
     before = listing(source)
     result = run_converter("exclude-cases", "-i", source, "-table", audit, "--flags", "missing", "--id", "202",
                            "-n", "FetalAudited", raw=raw)
     assert result.returncode == 0, result.stderr
     target = raw / "Dataset202_FetalAudited"
-    assert rows[0]["case"] in result.stdout and str(target) in result.stdout
+    assert erased in result.stdout and str(target) in result.stdout
     assert listing(source) == before
     excluded = pd.read_csv(target / EXCLUDED_FILENAME, sep="\t")
-    assert excluded["case"].tolist() == [rows[0]["case"]] and "missing" in excluded["reason"][0]
-    assert rows[0]["case"] not in training_cases(target) and len(training_cases(target)) == 11
+    assert excluded["case"].tolist() == [erased] and "missing" in excluded["reason"][0]
+    assert erased not in training_cases(target) and len(training_cases(target)) == 11
     env = {**os.environ, "nnUNet_raw": str(raw), "nnUNet_preprocessed": str(tmp_path / "pre"),
            "nnUNet_results": str(tmp_path / "res"), "nnUNet_def_n_proc": "1"}
     bin_dir = Path(sys.executable).parent

@@ -8,8 +8,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from nnunet_dro.data.label_noise import choose_noisy_cases, corrupt, corrupt_training_labels
 from nnunet_dro.errors import UserError
+from nnunet_dro.lab.label_noise import choose_noisy_cases, corrupt, corrupt_training_labels
 
 
 def _seg(labels=(1, 2, 3)):

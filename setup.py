@@ -5,6 +5,11 @@ pip would otherwise pick a torch build on its own. ``make test`` / ``make demo``
 """
 from setuptools import find_packages, setup
 
+#: the lab (benchmark, CPU-budget twins, experiments) measures the product and is not shipped: a
+#: wheel or ``pip install .`` has no ``nnunet_dro.lab``; ``pip install -e .`` (``make install``)
+#: maps ``nnunet_dro`` to the source folder, so the lab imports from a checkout
+LAB_PACKAGES = ["nnunet_dro.lab", "nnunet_dro.lab.*"]
+
 setup(
     name="nnunet_dro",
     version="0.1.0",
@@ -13,7 +18,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(include=["nnunet_dro", "nnunet_dro.*"]),
+    packages=find_packages(include=["nnunet_dro", "nnunet_dro.*"], exclude=LAB_PACKAGES),
     include_package_data=True,
     install_requires=[
         # 2.8.x: we rely on its nnUNet_extTrainer lookup and on its trainer/loss internals.

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
 from nnunet_dro.commands.arg_types import non_negative_int, positive_float, positive_int
 
@@ -71,7 +72,19 @@ def settings(args: argparse.Namespace) -> dict:
             "n_test": args.n_test if args.n_test is not None else (QUICK["n_test"] if args.quick else Cohort.n_test)}
 
 
+def require_the_lab() -> None:
+    """The demo is the lab's benchmark pipeline, which a wheel does not ship (setup.py
+    ``LAB_PACKAGES``): say so in one line instead of an ImportError."""
+    from nnunet_dro.errors import UserError
+
+    if importlib.util.find_spec("nnunet_dro.lab") is None:
+        raise UserError("the demo runs the lab's benchmark pipeline (nnunet_dro.lab), which is installed only "
+                        "from a source checkout: clone the repository and run `make demo` there (or "
+                        "`pip install -e .` in it)")
+
+
 def run(args: argparse.Namespace) -> int:
+    require_the_lab()
     from nnunet_dro.lab.demo import run_demo
 
     run_demo(args.output, size=args.size, seed=args.seed, device=args.device, overwrite=args.overwrite,

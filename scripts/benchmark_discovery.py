@@ -4,7 +4,7 @@ Real predictions only: the per-case Dice of trained networks on the synthetic fe
 larger test sets (``data_docs/benchmark_record/*/per_case_large_test.csv``, arm ERM; 100 test cases
 per condition), with the condition column hidden. The generator is seeded, so each larger test set
 is drawn again exactly (``generate_fetal_cohort(n_train=1, n_test=300, seed=cohort seed + 1000000)``,
-as ``Workspace.prepare_further_test`` does; every case's condition is checked against the record) to
+as ``CohortFolder.prepare_further_test`` does; every case's condition is checked against the record) to
 compute the reference volumes and the image intensity/contrast features. The record has no
 prediction files, so there are no predicted volumes and no HD95: the features are per-region Dice,
 Dice ranks, reference volumes, intensity and contrast.

@@ -23,8 +23,8 @@ import pandas as pd
 from nnunet_dro.data.label_audit import audit_volumes, dataset_labels, label_volumes
 from nnunet_dro.data.subgroups import read_subgroups
 from nnunet_dro.data.synthetic_fetal import make_fetal_dataset
+from nnunet_dro.lab.cohort_folder import GROUP_COLUMN, MINORITY_GROUPS, Cohort
 from nnunet_dro.lab.label_noise import corrupt_training_labels
-from nnunet_dro.lab.pipeline import GROUP_COLUMN, MINORITY_GROUPS, Cohort
 
 
 def audit_seed(seed: int, label_noise: int, root: Path) -> pd.DataFrame:

@@ -45,7 +45,7 @@ import pandas as pd
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.runs import t_interval
 from nnunet_dro.lab import decision_rule
-from nnunet_dro.lab.pipeline import majority_learned
+from nnunet_dro.lab.run_summary import majority_learned
 
 RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
 #: the test cases read -> the table written: the larger test set, and the new centre's cases

@@ -59,8 +59,9 @@ def settings(args: argparse.Namespace) -> dict:
     (None, 177, 60)
     """
     from nnunet_dro.errors import UserError
+    from nnunet_dro.lab.arm_runs import Budget
     from nnunet_dro.lab.budget import CPUBudget
-    from nnunet_dro.lab.pipeline import Budget, Cohort
+    from nnunet_dro.lab.cohort_folder import Cohort
 
     if args.budget_scale <= 0:
         raise UserError(f"--budget-scale {args.budget_scale}: must be positive")

@@ -55,6 +55,16 @@ import pandas as pd
 from nnunet_dro.atomic import atomic_path, write_text_atomic
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
+from nnunet_dro.lab.arm_runs import (
+    ARM_TRAINERS,
+    FURTHER_RESULTS,
+    JTT_ARM,
+    JTT_SETTINGS,
+    Budget,
+    arm_run,
+    folder_lock,
+    progress_filter,
+)
 from nnunet_dro.lab.benchmark_analysis import (
     BASELINE,
     DEFAULT_ARMS,
@@ -77,22 +87,10 @@ from nnunet_dro.lab.benchmark_analysis import (
     training_fit,
     training_fit_section,
 )
+from nnunet_dro.lab.cohort_folder import AUDIT_EXCLUDED_RECORD, PLANS, Cohort
 from nnunet_dro.lab.label_noise import RECORD as LABEL_NOISE_RECORD
-from nnunet_dro.lab.pipeline import (
-    ARM_TRAINERS,
-    AUDIT_EXCLUDED_RECORD,
-    FURTHER_RESULTS,
-    JTT_ARM,
-    JTT_SETTINGS,
-    PLANS,
-    Budget,
-    Cohort,
-    Workspace,
-    arm_run,
-    convergence_line,
-    folder_lock,
-    progress_filter,
-)
+from nnunet_dro.lab.pipeline import Workspace
+from nnunet_dro.lab.run_summary import convergence_line
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_FILENAME
 
 DATASET_ID = 991
@@ -111,13 +109,14 @@ def record_files(ws: Workspace, arm: str, trainer: str, plans: str = PLANS) -> l
     (``--large-test``, ``--shifted-test``, ``--training-fit``), which training cases had their labels corrupted (``--label-noise``:
     without it the record could not say how often the noisy cases were drawn) and which the audit
     took out (``--exclude-flagged``)."""
-    files = [ws.folder / "cohort.json", ws.folder / LABEL_NOISE_RECORD, ws.folder / AUDIT_EXCLUDED_RECORD,
-             ws.raw / SUBGROUPS_FILENAME,
-             ws.arm_folder(arm) / "result.json",
-             ws.arm_folder(arm) / "per_case.csv", ws.hardness_report_file(trainer, plans),
-             ws.arm_folder(arm) / CASE_WEIGHTS_FILENAME,
-             *(ws.folder / f"{cases}.json" for cases in FURTHER_TEST_IDS),
-             *(ws.arm_folder(arm) / name for name in FURTHER_RESULTS.values())]
+    folder, arm_folder = ws.cohort_folder.folder, ws.arms.arm_folder(arm)
+    files = [folder / "cohort.json", folder / LABEL_NOISE_RECORD, folder / AUDIT_EXCLUDED_RECORD,
+             ws.cohort_folder.raw / SUBGROUPS_FILENAME,
+             arm_folder / "result.json",
+             arm_folder / "per_case.csv", ws.draws.hardness_report_file(trainer, plans),
+             arm_folder / CASE_WEIGHTS_FILENAME,
+             *(folder / f"{cases}.json" for cases in FURTHER_TEST_IDS),
+             *(arm_folder / name for name in FURTHER_RESULTS.values())]
     return [f for f in files if f.is_file()]
 
 
@@ -125,9 +124,9 @@ def export_record(ws: Workspace, arm: str, trainer: str, destination: Path, plan
     """Copy :func:`record_files` to the same place under ``destination / runs / seed_<s>``, each
     atomically; return how many were copied."""
     files = record_files(ws, arm, trainer, plans)
-    target = destination / "runs" / ws.folder.name
+    target = destination / "runs" / ws.cohort_folder.folder.name
     for source in files:
-        path = target / source.relative_to(ws.folder)
+        path = target / source.relative_to(ws.cohort_folder.folder)
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             shutil.copyfile(source, tmp)
@@ -265,46 +264,48 @@ def run(args: argparse.Namespace) -> int:
         if args.report_only and not folder.is_dir():
             continue
         ws = Workspace(folder, DATASET_ID, DATASET_NAME, cohort, echo=say, torch_threads=args.torch_threads)
-        pending = [arm for arm in arms if not ws.finished(arm)]
+        cohort_folder, arm_runs, draws = ws.cohort_folder, ws.arms, ws.draws
+        pending = [arm for arm in arms if not arm_runs.finished(arm)]
         if not args.report_only:
             with preparation_lock(folder):  # a second process on this folder (--train-only) waits here
                 for cases, per_group in further_sizes.items():
                     if per_group:
-                        ws.prepare_further_test(cases, per_group, FURTHER_TEST_IDS[cases])
+                        cohort_folder.prepare_further_test(cases, per_group, FURTHER_TEST_IDS[cases])
                 if pending:
                     say(f"[seed {seed} | {time.perf_counter() - started:6.0f} s] {folder}: to run {', '.join(pending)}")
-                    ws.prepare()
+                    cohort_folder.prepare()
         if args.train_only:
             for arm in pending:
-                ws.train_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
+                arm_runs.train_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
                 say(f"[seed {seed} | {time.perf_counter() - started:6.0f} s] {arm}: trained; a run with every arm "
                     f"predicts and reports it")
             continue
         for arm in arms:
-            if not ws.finished(arm):
+            if not arm_runs.finished(arm):
                 if args.report_only:
                     continue
-                ws.run_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
-            summary, per_case = ws.load(arm)
+                arm_runs.run_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
+            summary, per_case = arm_runs.load(arm)
             if summary.get("budget") != {"epochs": budget.epochs, "iterations_per_epoch": budget.iterations_per_epoch}:
-                raise UserError(f"{ws.arm_folder(arm)}: stored with budget {summary.get('budget')}, not "
+                raise UserError(f"{arm_runs.arm_folder(arm)}: stored with budget {summary.get('budget')}, not "
                                 f"{budget}; use another -o or --overwrite")
             # computed now, not stored: stored results predate it, and the runs' folders hold the counts
             trainer, plans = arm_run(arm, summary)
             summary.update({f"draw_share_{group}": share
-                            for group, share in ws.draw_shares(trainer, finished=True, plans=plans).items()},
-                           minority_hardness_auc=ws.minority_hardness_auc(trainer, plans),
-                           busiest_case_draws=ws.busiest_case_draws(trainer, plans),
-                           noisy_draw_share=ws.noisy_draw_share(trainer, plans), noisy_cases=len(ws.noisy_cases()),
-                           training_cases=ws.training_case_count())
+                            for group, share in draws.draw_shares(trainer, finished=True, plans=plans).items()},
+                           minority_hardness_auc=draws.minority_hardness_auc(trainer, plans),
+                           busiest_case_draws=draws.busiest_case_draws(trainer, plans),
+                           noisy_draw_share=draws.noisy_draw_share(trainer, plans),
+                           noisy_cases=len(cohort_folder.noisy_cases()),
+                           training_cases=cohort_folder.training_case_count())
             say(convergence_line(f"{arm} seed {seed}", summary))
             for cases, per_group in further_sizes.items():
                 if per_group and not args.report_only:
-                    ws.score_further(arm, trainer, cases, FURTHER_TEST_IDS[cases], args.device)
+                    arm_runs.score_further(arm, trainer, cases, FURTHER_TEST_IDS[cases], args.device)
             if args.training_fit and not args.report_only:
-                ws.score_further(arm, trainer, "training", device=args.device)
+                arm_runs.score_further(arm, trainer, "training", device=args.device)
             for cases, kept in (*further_tables.items(), ("training", training_tables)):
-                scored = ws.load_further(arm, cases)
+                scored = arm_runs.load_further(arm, cases)
                 if scored is not None:
                     kept.append(scored.assign(seed=seed, method=arm))
             if record is not None:

@@ -14,14 +14,9 @@ import pandas as pd
 from nnunet_dro.atomic import atomic_path
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.stats import bootstrap_percentile_difference, holm, paired_wilcoxon
-from nnunet_dro.lab.pipeline import (
-    ARM_TRAINERS,
-    BASELINE_ARM,
-    CONVERGED_DICE,
-    GROUP_COLUMN,
-    MAJORITY_GROUP,
-    MINORITY_GROUPS,
-)
+from nnunet_dro.lab.arm_runs import ARM_TRAINERS, BASELINE_ARM
+from nnunet_dro.lab.cohort_folder import GROUP_COLUMN, MAJORITY_GROUP, MINORITY_GROUPS
+from nnunet_dro.lab.run_summary import CONVERGED_DICE
 from nnunet_dro.training.stability import budget_is_tight
 
 #: ERM, the paper's fixed beta, the default scale-free trainer (f 0.5, no importance weights, cap 5 / n)
@@ -58,7 +53,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def parse_arms(text: str) -> list[str]:
-    """Comma-separated arm names (see ``pipeline.ARM_TRAINERS``); ERM first if present.
+    """Comma-separated arm names (see ``arm_runs.ARM_TRAINERS``); ERM first if present.
 
     >>> parse_arms("DROAdaptive_f50,ERM")
     ['ERM', 'DROAdaptive_f50']

@@ -172,7 +172,7 @@ NNUNET_ALTERNATIVES = (nnUNetTrainerDiceTopK10Loss, nnUNetTrainerTopk10Loss, nnU
 
 #: every CPU-budget trainer by name: nnU-Net's ERM, a twin of every trainer of ours and of nnU-Net's
 #: alternatives. A second run of one of them (the benchmark's ``ERM_repeat``, ``JTT``) is another
-#: results folder, not another class (:data:`nnunet_dro.lab.pipeline.ARM_PLANS`).
+#: results folder, not another class (:data:`nnunet_dro.lab.arm_runs.ARM_PLANS`).
 BUDGET_TRAINERS: dict[str, type] = {
     "nnUNetTrainer_CPUBudget": nnUNetTrainer_CPUBudget,
     **{twin.__name__: twin for twin in map(budget_twin, (*TRAINERS.values(), *LAB_VARIANTS.values(),

@@ -24,7 +24,8 @@ from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.io import load_nnunet_summary
 from nnunet_dro.evaluation.regions import PRESETS
 from nnunet_dro.lab.budget import arm_name
-from nnunet_dro.lab.pipeline import CONVERGED_DICE, GROUP_COLUMN, MAJORITY_GROUP, majority_learned
+from nnunet_dro.lab.cohort_folder import GROUP_COLUMN, MAJORITY_GROUP
+from nnunet_dro.lab.run_summary import CONVERGED_DICE, majority_learned
 from nnunet_dro.training.stability import all_learned_epoch
 
 #: the control regions the decision's majority statistics use (FeTA's white matter, intra-axial CSF,

@@ -31,18 +31,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from nnunet_dro.lab.pipeline import (
-    ARM_TRAINERS,
-    GROUP_COLUMN,
-    MAJORITY_GROUP,
-    MINORITY_GROUPS,
-    REGIONS,
-    Budget,
-    Cohort,
-    Workspace,
-    convergence_line,
-    progress_filter,
-)
+from nnunet_dro.lab.arm_runs import ARM_TRAINERS, REGIONS, Budget, progress_filter
+from nnunet_dro.lab.cohort_folder import GROUP_COLUMN, MAJORITY_GROUP, MINORITY_GROUPS, Cohort
+from nnunet_dro.lab.pipeline import Workspace
+from nnunet_dro.lab.run_summary import convergence_line
 from nnunet_dro.training.stability import budget_is_tight
 
 DATASET_ID = 990
@@ -66,30 +58,32 @@ def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Bud
 
     cohort = Cohort(n_train, n_test, size, seed)
     ws = Workspace(out, DATASET_ID, DATASET_NAME, cohort, echo=lambda text: echo("  " + text))
-    step(1, f"synthetic cohort: {n_train} training + {n_test} test cases of {size}^3 (seed {seed}) in {ws.raw}")
+    arms = ws.arms
+    step(1, f"synthetic cohort: {n_train} training + {n_test} test cases of {size}^3 (seed {seed}) in "
+            f"{ws.cohort_folder.raw}")
     step(2, "nnUNetv2_plan_and_preprocess")
-    subgroups = ws.prepare()
+    subgroups = ws.cohort_folder.prepare()
     echo("    training set by condition: " + _counts(subgroups[subgroups["split"] == "train"]))
     echo("    test set by condition:     " + _counts(subgroups[subgroups["split"] == "test"]))
 
     for method, arm in DEMO_ARMS.items():
         trainer = ARM_TRAINERS[arm]
         step(3, f"nnUNetv2_train {DATASET_ID} 3d_fullres all -tr {trainer} [{method}]")
-        if ws.finished(arm) or (ws.fold_folder(trainer) / "checkpoint_final.pth").is_file():
-            echo(f"    already finished, reusing {ws.fold_folder(trainer)}")
+        if arms.finished(arm) or (arms.fold_folder(trainer) / "checkpoint_final.pth").is_file():
+            echo(f"    already finished, reusing {arms.fold_folder(trainer)}")
         else:
-            ws.train_arm(arm, trainer, seed, budget, device, show=progress_filter(echo))
+            arms.train_arm(arm, trainer, seed, budget, device, show=progress_filter(echo))
     summaries = {}
     for method, arm in DEMO_ARMS.items():
         step(4, f"nnUNetv2_predict of the test images (--disable_tta) [{method}]")
-        summaries[method], _ = ws.run_arm(arm, ARM_TRAINERS[arm], seed, budget, device, show=progress_filter(echo))
+        summaries[method], _ = arms.run_arm(arm, ARM_TRAINERS[arm], seed, budget, device, show=progress_filter(echo))
 
     step(5, "nnunet_dro evaluate by condition and region")
     from nnunet_dro.evaluation.api import evaluate
     from nnunet_dro.evaluation.reports import terminal_table
 
-    result = evaluate(str(ws.raw / "labelsTs"),
-                      {method: str(ws.arm_folder(arm) / "predictions") for method, arm in DEMO_ARMS.items()},
+    result = evaluate(str(ws.cohort_folder.raw / "labelsTs"),
+                      {method: str(arms.arm_folder(arm) / "predictions") for method, arm in DEMO_ARMS.items()},
                       str(out / "evaluation"), groups=str(out / "subgroups_test.tsv"), group_by=[GROUP_COLUMN],
                       regions=REGIONS, num_processes=2, progress=False, echo=lambda text: echo("    " + text))
     echo("")
@@ -97,8 +91,8 @@ def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Bud
     echo("\nConvergence and stability of each run:")
     for method, summary in summaries.items():
         echo(convergence_line(f"{method} ({summary['trainer']})", summary))
-    _print_hardest(ws.fold_folder(ARM_TRAINERS[DEMO_ARMS["DRO"]]), subgroups, echo)
-    echo(f"\nDone in {time.perf_counter() - started:.0f} s. nnU-Net's output: {ws.log_file}")
+    _print_hardest(arms.fold_folder(ARM_TRAINERS[DEMO_ARMS["DRO"]]), subgroups, echo)
+    echo(f"\nDone in {time.perf_counter() - started:.0f} s. nnU-Net's output: {ws.cohort_folder.log_file}")
     echo("")
     for line in headline_lines(result.summary, out / "evaluation"):
         echo(line)

@@ -12,8 +12,9 @@ import pytest
 
 import nnunet_dro.training as training
 from nnunet_dro.lab import budget
+from nnunet_dro.lab.arm_runs import ARM_PLANS, ARM_TRAINERS, arm_run
+from nnunet_dro.lab.cohort_folder import PLANS
 from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
-from nnunet_dro.lab.pipeline import ARM_PLANS, ARM_TRAINERS, PLANS, arm_run
 
 
 def test_every_trainer_has_its_budget_twin_and_arm():

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from nnunet_dro.lab.pipeline import Cohort, Workspace
+from nnunet_dro.lab.arm_runs import ArmRuns
+from nnunet_dro.lab.cohort_folder import Cohort, CohortFolder
 from nnunet_dro.lab.regime import REGIME, Job, Scheduler, benchmark_command, report_arms, report_command
 
 
@@ -106,30 +107,32 @@ def test_commands_pair_each_arm_with_erm_under_the_regime(tmp_path: Path):
     assert "--report-only" in report and report[report.index("--seeds") + 1] == "30,31,"
 
 
-class SlowScoring(Workspace):
-    """A workspace whose scoring (prediction and evaluation) only logs its start and end around a
+class SlowScoring(ArmRuns):
+    """Arm runs whose scoring (prediction and evaluation) only logs its start and end around a
     pause: what two processes scoring the same network at once would interleave."""
 
     def _predict_and_score(self, arm, trainer, images, labels, groups, target, device):
-        with open(self.folder / "scorings.log", "a") as log:
+        with open(self.cohort_folder.folder / "scorings.log", "a") as log:
             log.write("start\n")
         time.sleep(1.0)
-        with open(self.folder / "scorings.log", "a") as log:
+        with open(self.cohort_folder.folder / "scorings.log", "a") as log:
             log.write("end\n")
         return pd.DataFrame({"case": ["fetal_001"], "dice": [0.9]})
 
 
 def _score_erm(folder: str) -> None:
-    ws = SlowScoring(folder, 991, "SyntheticFetalBenchmark", Cohort(8, 2, 16, 35), echo=lambda text: None)
-    ws.score_further("ERM", "nnUNetTrainer", "shifted_test", 993)
+    arms = SlowScoring(CohortFolder(folder, 991, "SyntheticFetalBenchmark", Cohort(8, 2, 16, 35),
+                                    echo=lambda text: None))
+    arms.score_further("ERM", "nnUNetTrainer", "shifted_test", 993)
 
 
 def test_two_processes_on_one_seed_score_the_shared_erm_network_once(tmp_path: Path):
     """Seed 35 of the regime, December 5: ``--arms ERM,A`` and ``--arms ERM,B`` started together
     both scored ERM at the new centre into one folder, and one renamed the other's predictions away.
     Scoring an arm now holds that arm's lock: the second process waits, then loads the first's result."""
-    ws = SlowScoring(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(8, 2, 16, 35), echo=lambda text: None)
-    checkpoint = ws.fold_folder("nnUNetTrainer") / "checkpoint_final.pth"
+    arms = SlowScoring(CohortFolder(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(8, 2, 16, 35),
+                                    echo=lambda text: None))
+    checkpoint = arms.fold_folder("nnUNetTrainer") / "checkpoint_final.pth"
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b"")  # only its presence is checked before scoring
     context = multiprocessing.get_context("fork")
@@ -140,7 +143,7 @@ def test_two_processes_on_one_seed_score_the_shared_erm_network_once(tmp_path: P
         process.join(60)
     assert [p.exitcode for p in processes] == [0, 0]
     assert (tmp_path / "scorings.log").read_text().split() == ["start", "end"]
-    assert pd.read_csv(ws.arm_folder("ERM") / "per_case_shifted_test.csv")["dice"].tolist() == [0.9]
+    assert pd.read_csv(arms.arm_folder("ERM") / "per_case_shifted_test.csv")["dice"].tolist() == [0.9]
 
 
 def test_the_report_covers_every_recorded_arm_not_only_the_batchs(tmp_path: Path):
@@ -160,8 +163,8 @@ def test_the_error_set_trainers_are_arms_the_regime_can_name():
     """Issue 79's trainers need no list: their CPU-budget twins exist and the regime's command
     line names them as arms the benchmark accepts (the lead schedules the runs)."""
     from nnunet_dro.lab import budget
+    from nnunet_dro.lab.arm_runs import ARM_TRAINERS
     from nnunet_dro.lab.benchmark_analysis import parse_arms
-    from nnunet_dro.lab.pipeline import ARM_TRAINERS
 
     for arm in ("DROAdaptive_errorSet", "DROAdaptive_errorSet_refresh70"):
         twin = f"nnUNetTrainer{arm}_CPUBudget"

@@ -278,32 +278,33 @@ def test_draw_shares_count_the_sampler_draws_or_fall_back_to_uniform(tmp_path):
     """The runs table's "minorities' share of draws": from the hardness report's draw counts of a
     case-weighting run, from the training cases' groups for nnU-Net's uniform sampling, and
     nothing for a run whose folder is gone; and how well the stale losses rank minorities first."""
-    from nnunet_dro.lab.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.cohort_folder import Cohort
+    from nnunet_dro.lab.pipeline import Workspace
 
     ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
-    ws.raw.mkdir(parents=True)
-    (ws.raw / "subgroups.tsv").write_text(
+    ws.cohort_folder.raw.mkdir(parents=True)
+    (ws.cohort_folder.raw / "subgroups.tsv").write_text(
         "case\tcondition\tsplit\n" + "".join(f"c{i}\t{g}\ttrain\n" for i, g in
                                              enumerate(["control", "control", "control", "spina_bifida", "other"]))
         + "t0\tother\ttest\n")
-    dro, erm = ws.fold_folder("DROTrainer"), ws.fold_folder("ERMTrainer")
+    dro, erm = ws.arms.fold_folder("DROTrainer"), ws.arms.fold_folder("ERMTrainer")
     dro.mkdir(parents=True)
     erm.mkdir(parents=True)
     pd.DataFrame({"case": ["c0", "c1", "c2", "c3", "c4"], "stale_loss": [0.1, 0.2, 0.3, 0.25, 0.5],
                   "probability": 0.2, "times_drawn": [10, 10, 0, 20, 10],
                   "group": ["control"] * 3 + ["spina_bifida", "other"]}).to_csv(dro / "dro_hardness.csv", index=False)
     (erm / "checkpoint_final.pth").write_bytes(b"")
-    assert ws.draw_shares("DROTrainer") == pytest.approx({"control": 0.4, "spina_bifida": 0.4, "other": 0.2})
-    assert ws.draw_shares("ERMTrainer") == pytest.approx({"control": 0.6, "spina_bifida": 0.2, "other": 0.2})
-    assert ws.draw_shares("NeverTrained") == {}
-    assert ws.draw_shares("NeverTrained", finished=True) == pytest.approx({"control": 0.6, "spina_bifida": 0.2,
+    assert ws.draws.draw_shares("DROTrainer") == pytest.approx({"control": 0.4, "spina_bifida": 0.4, "other": 0.2})
+    assert ws.draws.draw_shares("ERMTrainer") == pytest.approx({"control": 0.6, "spina_bifida": 0.2, "other": 0.2})
+    assert ws.draws.draw_shares("NeverTrained") == {}
+    assert ws.draws.draw_shares("NeverTrained", finished=True) == pytest.approx({"control": 0.6, "spina_bifida": 0.2,
                                                                            "other": 0.2})
     # spina bifida beats 2 of 3 controls, other all 3: AUC 5/6
-    assert ws.minority_hardness_auc("DROTrainer") == pytest.approx(5 / 6)
-    assert np.isnan(ws.minority_hardness_auc("ERMTrainer"))
+    assert ws.draws.minority_hardness_auc("DROTrainer") == pytest.approx(5 / 6)
+    assert np.isnan(ws.draws.minority_hardness_auc("ERMTrainer"))
     # c3 drew 20 of 50, uniform gives each of the 5 cases 10
-    assert ws.busiest_case_draws("DROTrainer") == pytest.approx(2.0)
-    assert np.isnan(ws.busiest_case_draws("ERMTrainer"))
+    assert ws.draws.busiest_case_draws("DROTrainer") == pytest.approx(2.0)
+    assert np.isnan(ws.draws.busiest_case_draws("ERMTrainer"))
 
 
 @pytest.mark.parametrize("shares, shown", [
@@ -427,16 +428,17 @@ def test_all_learned_epoch_is_read_from_the_final_checkpoint(tmp_path):
     """Results stored before the runs table had the column get it from the run's checkpoint log."""
     import torch
 
-    from nnunet_dro.lab.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.cohort_folder import Cohort
+    from nnunet_dro.lab.pipeline import Workspace
 
     ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
-    folder = ws.fold_folder("Trainer")
+    folder = ws.arms.fold_folder("Trainer")
     folder.mkdir(parents=True)
     dice = [[0.0, 0.0], [0.3, 0.1], [0.3, float("nan")], [0.9, 0.25]]
     torch.save({"logging": {"dice_per_class_or_region": dice, "train_losses": [1.0] * 4}},
                folder / "checkpoint_final.pth")
-    assert ws.all_learned_epoch("Trainer") == 2  # a NaN (structure absent) is not held against an epoch
-    assert ws.all_learned_epoch("NeverTrained") is None
+    assert ws.arms.all_learned_epoch("Trainer") == 2  # a NaN (structure absent) is not held against an epoch
+    assert ws.arms.all_learned_epoch("NeverTrained") is None
 
 
 def _stored_seed(root: Path, seed: int, arms: dict, large_test: bool = False, noisy: tuple[str, ...] = ()) -> None:
@@ -444,15 +446,16 @@ def _stored_seed(root: Path, seed: int, arms: dict, large_test: bool = False, no
     subgroup table, and per arm its result, per-case Dice and (case-weighting arms) hardness report;
     with ``large_test`` also its Dice on a larger test set (40 cases per group); with ``noisy`` the
     record of those training cases' corrupted labels."""
-    from nnunet_dro.lab.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.cohort_folder import Cohort
+    from nnunet_dro.lab.pipeline import Workspace
 
     ws = Workspace(root / "runs" / f"seed_{seed}", 991, "SyntheticFetalBenchmark",
                    Cohort(seed=seed, label_noise=len(noisy)), echo=lambda text: None)
     if noisy:
-        (ws.folder / "label_noise.json").write_text(json.dumps([{"case": case, "kind": "erase"} for case in noisy]))
+        (ws.cohort_folder.folder / "label_noise.json").write_text(json.dumps([{"case": case, "kind": "erase"} for case in noisy]))
     groups = ["control"] * 8 + ["spina_bifida", "other"]
-    ws.raw.mkdir(parents=True)
-    (ws.raw / "subgroups.tsv").write_text("case\tcondition\tsplit\n" + "".join(
+    ws.cohort_folder.raw.mkdir(parents=True)
+    (ws.cohort_folder.raw / "subgroups.tsv").write_text("case\tcondition\tsplit\n" + "".join(
         f"c{i}\t{g}\ttrain\n" for i, g in enumerate(groups)))
     rng = np.random.default_rng(seed)
     for arm, (trainer, lift) in arms.items():
@@ -461,33 +464,33 @@ def _stored_seed(root: Path, seed: int, arms: dict, large_test: bool = False, no
                      condition=group)
                 for k, group in enumerate(["control"] * 6 + ["spina_bifida"] * 6 + ["other"] * 6)
                 for region, centre in (("white_matter", 95.0), ("intra_axial_csf", 85.0), ("cerebellum", 80.0))]
-        ws.arm_folder(arm).mkdir(parents=True)
-        pd.DataFrame(rows).to_csv(ws.arm_folder(arm) / "per_case.csv", index=False)
+        ws.arms.arm_folder(arm).mkdir(parents=True)
+        pd.DataFrame(rows).to_csv(ws.arms.arm_folder(arm) / "per_case.csv", index=False)
         if large_test:
             pd.DataFrame([dict(method=arm, case=f"c{i}", region="cerebellum", metric="dice", note="",
                                value=90.0 - 20.0 * (g != "control") + lift, condition=g) for i, g in enumerate(groups)]
-                         ).to_csv(ws.arm_folder(arm) / "per_case_training.csv", index=False)
-            (ws.folder / "large_test.json").write_text(json.dumps({"per_group": 40}))
+                         ).to_csv(ws.arms.arm_folder(arm) / "per_case_training.csv", index=False)
+            (ws.cohort_folder.folder / "large_test.json").write_text(json.dumps({"per_group": 40}))
             pd.DataFrame([dict(method=arm, case=f"L{k}", region="cerebellum", metric="dice", note="",
                                value=80.0 + k % 7 + (lift if group != "control" else 0.0), condition=group)
                           for k, group in enumerate(["control"] * 40 + ["spina_bifida"] * 40 + ["other"] * 40)]
-                         ).to_csv(ws.arm_folder(arm) / "per_case_large_test.csv", index=False)
+                         ).to_csv(ws.arms.arm_folder(arm) / "per_case_large_test.csv", index=False)
             # the same cases at a new centre: 20 lower, the minority lift doubled
-            (ws.folder / "shifted_test.json").write_text(json.dumps({"per_group": 40, "site": "site_C"}))
+            (ws.cohort_folder.folder / "shifted_test.json").write_text(json.dumps({"per_group": 40, "site": "site_C"}))
             pd.DataFrame([dict(method=arm, case=f"L{k}", region="cerebellum", metric="dice", note="",
                                value=60.0 + k % 7 + (2 * lift if group != "control" else 0.0), condition=group)
                           for k, group in enumerate(["control"] * 40 + ["spina_bifida"] * 40 + ["other"] * 40)]
-                         ).to_csv(ws.arm_folder(arm) / "per_case_shifted_test.csv", index=False)
+                         ).to_csv(ws.arms.arm_folder(arm) / "per_case_shifted_test.csv", index=False)
         summary = {"arm": arm, "trainer": trainer, "seed": seed, "budget": {"epochs": None, "iterations_per_epoch": None},
                    "train_seconds": 1500.0, "epochs": 120, "collapsed_epochs": 20, "lost_epochs": 0,
                    "all_learned_epoch": 40, "control_mean_dice": {"white_matter": 95.0, "intra_axial_csf": 85.0,
                                                                   "cerebellum": 80.0}}
-        (ws.arm_folder(arm) / "result.json").write_text(json.dumps(summary))
+        (ws.arms.arm_folder(arm) / "result.json").write_text(json.dumps(summary))
         if lift:
-            ws.fold_folder(trainer).mkdir(parents=True)
+            ws.arms.fold_folder(trainer).mkdir(parents=True)
             pd.DataFrame({"case": [f"c{i}" for i in range(10)], "stale_loss": np.linspace(0.1, 0.9, 10),
                           "probability": 0.1, "times_drawn": [5] * 8 + [30, 20]}).to_csv(
-                ws.hardness_report_file(trainer), index=False)
+                ws.draws.hardness_report_file(trainer), index=False)
 
 
 def test_export_record_keeps_what_the_tables_are_made_from(bench, tmp_path):
@@ -634,11 +637,12 @@ def test_also_against_needs_other_arms_of_the_run(bench, tmp_path, capsys, again
 
 def test_large_test_needs_the_trained_network(tmp_path):
     """A record keeps no checkpoint: scoring a larger test set from it is refused, naming the folder."""
-    from nnunet_dro.lab.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.cohort_folder import Cohort
+    from nnunet_dro.lab.pipeline import Workspace
 
     ws = Workspace(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(5, 1, 16, 0), echo=lambda text: None)
     with pytest.raises(UserError, match="no checkpoint_final.pth to score the large_test cases"):
-        ws.score_further("ERM", "nnUNetTrainer_CPUBudget", "large_test", 992)
+        ws.arms.score_further("ERM", "nnUNetTrainer_CPUBudget", "large_test", 992)
 
 
 @pytest.mark.parametrize("training, test, expected", [
@@ -674,34 +678,35 @@ def test_a_seed_folder_restored_from_a_record_gets_its_label_noise_again(tmp_pat
     that names other cases than the seed gives is refused, and the next attempt generates afresh."""
     import nibabel as nib
 
-    from nnunet_dro.lab.pipeline import Cohort, Workspace
+    from nnunet_dro.lab.cohort_folder import Cohort
+    from nnunet_dro.lab.pipeline import Workspace
 
     def labels(ws, cases):
-        return {case: np.asarray(nib.load(str(ws.raw / "labelsTr" / f"{case}.nii.gz")).dataobj) for case in cases}
+        return {case: np.asarray(nib.load(str(ws.cohort_folder.raw / "labelsTr" / f"{case}.nii.gz")).dataobj) for case in cases}
 
     cohort = Cohort(n_train=10, n_test=6, size=16, seed=0, label_noise=2)
     ws = Workspace(tmp_path / "seed_0", 991, "SyntheticFetalBenchmark", cohort, echo=lambda text: None)
-    ws.prepare()
-    record = ws.folder / "label_noise.json"
+    ws.cohort_folder.prepare()
+    record = ws.cohort_folder.folder / "label_noise.json"
     noisy = [row["case"] for row in json.loads(record.read_text())]
     corrupted = labels(ws, noisy)
 
     kept = record.read_text()
-    for path in ws.raw.iterdir():  # what a record keeps of the raw folder: its subgroup table
+    for path in ws.cohort_folder.raw.iterdir():  # what a record keeps of the raw folder: its subgroup table
         if path.name != "subgroups.tsv":
             path.unlink() if path.is_file() else shutil.rmtree(path)
-    ws.prepare()
-    assert record.read_text() == kept and not (ws.folder / "label_noise.json.new").exists()
+    ws.cohort_folder.prepare()
+    assert record.read_text() == kept and not (ws.cohort_folder.folder / "label_noise.json.new").exists()
     for case, seg in labels(ws, noisy).items():
         assert np.array_equal(seg, corrupted[case]), case
 
     rows = json.loads(kept)
     rows[0]["case"] = "fetal_999"
     record.write_text(json.dumps(rows))
-    (ws.raw / "dataset.json").unlink()
+    (ws.cohort_folder.raw / "dataset.json").unlink()
     with pytest.raises(UserError, match="label_noise.json"):
-        ws.prepare()
-    assert not (ws.raw / "dataset.json").is_file() and json.loads(record.read_text()) == rows
+        ws.cohort_folder.prepare()
+    assert not (ws.cohort_folder.raw / "dataset.json").is_file() and json.loads(record.read_text()) == rows
 
 
 @pytest.fixture(scope="module")
@@ -713,7 +718,7 @@ def shared_run(bench, tmp_path_factory):
     and nnU-Net's own TopK10 loss, with one torch thread each. A third run with all four arms
     predicts and reports without training anything again, scores the networks on a larger test set
     and on their own training cases, and exports the record."""
-    from nnunet_dro.lab import pipeline
+    from nnunet_dro.lab import arm_runs
 
     tmp = tmp_path_factory.mktemp("shared_benchmark_run")
     out, record = tmp / "bench", tmp / "record"
@@ -722,7 +727,7 @@ def shared_run(bench, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         # after one epoch of two iterations every case's worst region scores 0, so the recorded rule
         # (worst-dice) ties every case and `jtt` rightly refuses; the mean Dice separates them
-        patch.setitem(pipeline.JTT_SETTINGS, "rule", "mean-dice")
+        patch.setitem(arm_runs.JTT_SETTINGS, "rule", "mean-dice")
         patch.setenv("nnUNet_n_proc_DA", "0")
         log = tmp / "second_process.log"  # a file, not a pipe: a full pipe would stall the process
         with open(log, "w") as sink:
@@ -805,7 +810,7 @@ def _check_jtt_arm(seed: Path, record: Path, printed: str, n_train: int = 10) ->
     """Just Train Twice's two stages: the ERM network scored on its own training cases, its worst
     fifth by mean region Dice (the rule ``shared_run`` sets) up-weighted with every case tied at the
     boundary, a second training in its own folder reading that table, and the table kept in the record."""
-    from nnunet_dro.lab.pipeline import JTT_SETTINGS
+    from nnunet_dro.lab.arm_runs import JTT_SETTINGS
     from nnunet_dro.workflows.jtt import TIE_TOLERANCE
 
     fit = pd.read_csv(seed / "arms" / "ERM" / "per_case_training.csv", dtype={"case": str})
@@ -836,48 +841,49 @@ def test_exclude_flagged_trains_without_the_cases_the_audit_flags(bench, tmp_pat
     out of the raw dataset before preprocessing; every arm trains on what is left, the test cases
     are kept, the report's uniform share counts the cases trained on, and a seed folder restored
     from a record takes out the same cases again (a record naming others is refused)."""
-    from nnunet_dro.lab.pipeline import AUDIT_EXCLUDED_RECORD, Cohort, Workspace
+    from nnunet_dro.lab.cohort_folder import AUDIT_EXCLUDED_RECORD, Cohort
+    from nnunet_dro.lab.pipeline import Workspace
 
     out, record = tmp_path / "bench", tmp_path / "record"
     cohort = Cohort(n_train=30, n_test=6, size=16, seed=0, label_noise=3, exclude_flagged=True)
     ws = Workspace(out / "runs" / "seed_0", 991, "SyntheticFetalBenchmark", cohort, echo=lambda text: None)
-    ws.prepare()
-    noise = json.loads((ws.folder / "label_noise.json").read_text())
-    excluded = json.loads((ws.folder / AUDIT_EXCLUDED_RECORD).read_text())
+    ws.cohort_folder.prepare()
+    noise = json.loads((ws.cohort_folder.folder / "label_noise.json").read_text())
+    excluded = json.loads((ws.cohort_folder.folder / AUDIT_EXCLUDED_RECORD).read_text())
     erased = [r["case"] for r in noise if r["kind"] == "erase"]
     gone = {r["case"] for r in excluded}
     assert erased and set(erased) <= gone  # the erased structure is what the audit finds
-    trained = {p.name[:-len(".nii.gz")] for p in (ws.raw / "labelsTr").iterdir()}
+    trained = {p.name[:-len(".nii.gz")] for p in (ws.cohort_folder.raw / "labelsTr").iterdir()}
     assert not gone & trained and len(trained) == 30 - len(gone)
-    assert not any(p.name.startswith(tuple(f"{c}_" for c in gone)) for p in (ws.raw / "imagesTr").iterdir())
-    assert len(list((ws.raw / "labelsTs").iterdir())) == 6  # the test cases are kept
-    assert json.loads((ws.raw / "dataset.json").read_text())["numTraining"] == len(trained)
-    assert set(ws._training_groups()["case"]) == trained and ws._preprocessed()
-    assert ws.noisy_cases() == [r["case"] for r in noise if r["case"] not in gone]
+    assert not any(p.name.startswith(tuple(f"{c}_" for c in gone)) for p in (ws.cohort_folder.raw / "imagesTr").iterdir())
+    assert len(list((ws.cohort_folder.raw / "labelsTs").iterdir())) == 6  # the test cases are kept
+    assert json.loads((ws.cohort_folder.raw / "dataset.json").read_text())["numTraining"] == len(trained)
+    assert set(ws.cohort_folder.training_groups()["case"]) == trained and ws.cohort_folder.is_preprocessed()
+    assert ws.cohort_folder.noisy_cases() == [r["case"] for r in noise if r["case"] not in gone]
 
     args = ["--seeds", "1", "--arms", "ERM", "--epochs", "1", "--iterations", "2", "--n-train", "30", "--n-test", "6",
             "--size", "16", "--label-noise", "3", "--exclude-flagged", "-o", str(out), "--export-record", str(record)]
     assert bench.main(args) == 0
     runs = pd.read_csv(out / "runs.csv").set_index("arm")
     assert runs.loc["ERM", "training_cases"] == len(trained)
-    assert runs.loc["ERM", "noisy_draw_share"] == pytest.approx(len(ws.noisy_cases()) / len(trained))
-    assert (record / "runs" / "seed_0" / AUDIT_EXCLUDED_RECORD).read_text() == (ws.folder / AUDIT_EXCLUDED_RECORD).read_text()
+    assert runs.loc["ERM", "noisy_draw_share"] == pytest.approx(len(ws.cohort_folder.noisy_cases()) / len(trained))
+    assert (record / "runs" / "seed_0" / AUDIT_EXCLUDED_RECORD).read_text() == (ws.cohort_folder.folder / AUDIT_EXCLUDED_RECORD).read_text()
     capsys.readouterr()
     assert bench.main([a for a in args if a != "--exclude-flagged"][:-2]) == 2  # the folder holds the audited cohort
     assert "exclude_flagged" in capsys.readouterr().err
 
-    kept = (ws.folder / AUDIT_EXCLUDED_RECORD).read_text()
-    shutil.rmtree(ws.folder / "nnunet")  # what a restored record lacks: the raw images, the preprocessed data
-    ws.prepare()
-    assert (ws.folder / AUDIT_EXCLUDED_RECORD).read_text() == kept
-    assert {p.name[:-len(".nii.gz")] for p in (ws.raw / "labelsTr").iterdir()} == trained
+    kept = (ws.cohort_folder.folder / AUDIT_EXCLUDED_RECORD).read_text()
+    shutil.rmtree(ws.cohort_folder.folder / "nnunet")  # what a restored record lacks: the raw images, the preprocessed data
+    ws.cohort_folder.prepare()
+    assert (ws.cohort_folder.folder / AUDIT_EXCLUDED_RECORD).read_text() == kept
+    assert {p.name[:-len(".nii.gz")] for p in (ws.cohort_folder.raw / "labelsTr").iterdir()} == trained
     rows = json.loads(kept)
     rows[0]["case"] = "fetal_999"
-    (ws.folder / AUDIT_EXCLUDED_RECORD).write_text(json.dumps(rows))
-    shutil.rmtree(ws.folder / "nnunet")
+    (ws.cohort_folder.folder / AUDIT_EXCLUDED_RECORD).write_text(json.dumps(rows))
+    shutil.rmtree(ws.cohort_folder.folder / "nnunet")
     with pytest.raises(UserError, match=AUDIT_EXCLUDED_RECORD):
-        ws.prepare()
-    assert not (ws.raw / "dataset.json").is_file()
+        ws.cohort_folder.prepare()
+    assert not (ws.cohort_folder.raw / "dataset.json").is_file()
 
 
 def test_train_only_and_report_only_together_are_refused(bench, tmp_path, capsys):

@@ -191,7 +191,7 @@ def test_a_variant_is_one_class_in_one_file(where):
         "import sys\n"
         "from nnunetv2.utilities.find_objects import recursive_find_trainer_class_by_name as find\n"
         "import nnunet_dro.training as training\n"
-        "from nnunet_dro.lab.pipeline import ARM_TRAINERS\n"
+        "from nnunet_dro.lab.arm_runs import ARM_TRAINERS\n"
         "name, where = sys.argv[1:]\n"
         "assert (name in training.__all__) == (where == 'product') and name + '_CPUBudget' not in training.__all__\n"
         "assert find(name).dro_settings.fraction == 0.6 and find(name).__name__ == name\n"

@@ -73,7 +73,9 @@ def settings(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.lab.demo import run_demo
+    from nnunet_dro.lab.pipeline import Cohort
 
-    run_demo(args.output, size=args.size, seed=args.seed, device=args.device, overwrite=args.overwrite,
-             **settings(args))
+    chosen = settings(args)
+    run_demo(args.output, chosen["budget"], Cohort(chosen["n_train"], chosen["n_test"], args.size, args.seed),
+             device=args.device, overwrite=args.overwrite)
     return 0

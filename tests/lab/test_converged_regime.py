@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from nnunet_dro.data.raw_dataset import DatasetTarget
 from nnunet_dro.data.synthetic_common import write_cohort
 from nnunet_dro.data.synthetic_fetal import (
     CEREBELLUM,
@@ -117,7 +118,8 @@ def test_budget_twin_keeps_its_final_validation_and_networks_part_way(tmp_path, 
     monkeypatch.setenv("nnUNet_raw", env["nnUNet_raw"])
     write_cohort(plane_cases(generate_fetal_cohort(n_train=10, n_test=2, size=24, seed=5,
                                                    train_fractions={"control": 0.5, "spina_bifida": 0.5})),
-                 977, "Plane", channel_names={0: "T2"}, labels=FETA_LABELS, spacing_mm=4.0, description="test")
+                 DatasetTarget(977, "Plane"), channel_names={0: "T2"}, labels=FETA_LABELS, spacing_mm=4.0,
+                 description="test")
     bin_dir = Path(sys.executable).parent
 
     def run(tool: str, *args: str) -> subprocess.CompletedProcess:

@@ -17,16 +17,31 @@ because faint). At 64^2 and seed 40 every structure but the brainstem is in almo
 scores is missing in more than 5 of 102 controls.
 
 The plane is written as a one-slice volume (1 x 64 x 64, the singleton first), which nnU-Net plans
-as a 2D dataset and ``nnunet_dro evaluate`` scores as one slice.
+as a 2D dataset and ``nnunet_dro evaluate`` scores as one slice. The benchmark writes it with this
+module's command line, ``make-synthetic``'s fetal options and ``--plane``::
+
+    python -m nnunet_dro.lab.cohort2d --id 601 -n Planes --n-train 125 --n-test 30 --size 64 --seed 40
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from nnunet_dro.data.synthetic_common import SyntheticCase
+from nnunet_dro.data.raw_dataset import DatasetTarget
+from nnunet_dro.data.synthetic_common import CohortSpec, SyntheticCase, write_cohort
+from nnunet_dro.data.synthetic_fetal import (
+    DEFAULT_TEST_FRACTIONS,
+    DEFAULT_TRAIN_FRACTIONS,
+    FETA_LABELS,
+    FIELD_OF_VIEW_MM,
+    generate_fetal_cohort,
+)
+from nnunet_dro.errors import UserError
 
 #: the plane's position right of the midline, as a fraction of the half-width (the grid runs -1..1)
 PLANE_X = 0.11
@@ -62,3 +77,46 @@ def plane_cases(cases: Sequence[SyntheticCase], x: float = PLANE_X) -> list[Synt
 
     return [dataclasses.replace(case, channels=[cut(channel) for channel in case.channels], label=cut(case.label))
             for case in cases]
+
+
+def make_plane_dataset(target: DatasetTarget, cohort: CohortSpec, site: str | None = None,
+                       x: float = PLANE_X) -> Path:
+    """The fetal ``cohort`` of :func:`~nnunet_dro.data.synthetic_fetal.make_fetal_dataset` (same
+    seed: same cases), each cut at ``x``, written to ``target``; return the folder."""
+    train_fractions, test_fractions = cohort.fractions(DEFAULT_TRAIN_FRACTIONS, DEFAULT_TEST_FRACTIONS)
+    volumes = generate_fetal_cohort(cohort.n_train, cohort.n_test, cohort.size, cohort.seed, train_fractions,
+                                    test_fractions, site)
+    return write_cohort(plane_cases(volumes, x), target, channel_names={0: "T2"}, labels=FETA_LABELS,
+                        spacing_mm=FIELD_OF_VIEW_MM / cohort.size,
+                        description=f"synthetic fetal-brain-like planes at x = {x:g} (seed {cohort.seed}, "
+                                    f"{cohort.n_train} train / {cohort.n_test} test, {cohort.size}^2"
+                                    + (f", every case at {site}" if site else "") + ")")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nnunet_dro.lab.cohort2d", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--id", type=int, required=True, help="nnU-Net dataset ID")
+    parser.add_argument("-n", dest="name", default="SyntheticFetalPlanes", help="dataset name")
+    parser.add_argument("--n-train", type=int, default=40)
+    parser.add_argument("--n-test", type=int, default=30)
+    parser.add_argument("--size", type=int, default=PLANE_SIZE, help=f"pixels per side. Default: {PLANE_SIZE}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--site", choices=("site_A", "site_B", "site_C"), default=None)
+    parser.add_argument("--plane", type=float, default=PLANE_X, help=f"x of the plane in (-1, 1). Default: {PLANE_X}")
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        if not -1 < args.plane < 1:
+            raise UserError(f"--plane {args.plane}: must lie strictly between -1 and 1 (the grid's half-widths)")
+        folder = make_plane_dataset(DatasetTarget(args.id, args.name, args.overwrite),
+                                    CohortSpec(args.n_train, args.n_test, args.size, args.seed), args.site, args.plane)
+    except UserError as error:
+        print(f"cohort2d: error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {folder} ({args.n_train} train, {args.n_test} test, planes of {args.size}^2 at x = {args.plane:g}, "
+          f"seed {args.seed}{', ' + args.site if args.site else ''})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

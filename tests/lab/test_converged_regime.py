@@ -137,3 +137,24 @@ def test_budget_twin_keeps_its_final_validation_and_networks_part_way(tmp_path, 
     assert any(not torch.equal(kept["network_weights"][k], final["network_weights"][k]) for k in kept["network_weights"])
     summary = json.loads((fold / "validation" / "summary.json").read_text())
     assert len(summary["metric_per_case"]) == 2  # fold 0 of 10 cases
+
+
+def test_the_plane_cohort_command_writes_the_generators_cases_cut_at_the_plane(tmp_path, monkeypatch):
+    import SimpleITK as sitk
+
+    monkeypatch.setenv("nnUNet_raw", str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "nnunet_dro.lab.cohort2d", "--id", "978", "-n", "Planes",
+                           "--n-train", "4", "--n-test", "3", "--size", "24", "--seed", "7"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    volumes = generate_fetal_cohort(n_train=4, n_test=3, size=24, seed=7)
+    folder = tmp_path / "Dataset978_Planes"
+    for volume in volumes:
+        split = "Tr" if volume.split == "train" else "Ts"
+        label = sitk.GetArrayFromImage(sitk.ReadImage(str(folder / f"labels{split}" / f"{volume.case}.nii.gz")))
+        assert label.shape == (1, 24, 24)
+        np.testing.assert_array_equal(label[0], volume.label[:, :, plane_index(24)])
+    bad = subprocess.run([sys.executable, "-m", "nnunet_dro.lab.cohort2d", "--id", "979", "--plane", "1.0"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--plane 1.0" in bad.stderr
+    assert not (tmp_path / "Dataset979_SyntheticFetalPlanes").exists()

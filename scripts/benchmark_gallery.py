@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 import SimpleITK as sitk
 
+from nnunet_dro.data.raw_dataset import DatasetTarget
+from nnunet_dro.data.synthetic_common import CohortSpec
 from nnunet_dro.data.synthetic_fetal import make_fetal_dataset
 from nnunet_dro.data.synthetic_shapes import imperfect_prediction
 
@@ -37,7 +39,7 @@ BIN = Path(sys.executable).parent
 def make_inputs(root: Path, cases: int, size: int, seed: int) -> tuple[Path, Path, Path]:
     """(labelsTs, prediction folder, subgroups.tsv) of a fresh synthetic fetal cohort under ``root``."""
     os.environ["nnUNet_raw"] = str(root / "raw")
-    dataset = make_fetal_dataset(999, n_train=1, n_test=cases, size=size, seed=seed)
+    dataset = make_fetal_dataset(DatasetTarget(999, "SyntheticFetal"), CohortSpec(n_train=1, n_test=cases, size=size, seed=seed))
     groups = pd.read_csv(dataset / "subgroups.tsv", sep="\t").set_index("case")["condition"]
     rng = np.random.default_rng(seed)
     prediction_folder = root / "prediction"

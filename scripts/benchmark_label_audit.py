@@ -21,7 +21,9 @@ from pathlib import Path
 import pandas as pd
 
 from nnunet_dro.data.label_audit import audit_volumes, dataset_labels, label_volumes
+from nnunet_dro.data.raw_dataset import DatasetTarget
 from nnunet_dro.data.subgroups import read_subgroups
+from nnunet_dro.data.synthetic_common import CohortSpec
 from nnunet_dro.data.synthetic_fetal import make_fetal_dataset
 from nnunet_dro.lab.cohort_folder import GROUP_COLUMN, MINORITY_GROUPS, Cohort
 from nnunet_dro.lab.label_noise import corrupt_training_labels
@@ -32,8 +34,8 @@ def audit_seed(seed: int, label_noise: int, root: Path) -> pd.DataFrame:
     the whole cohort (``flags``) and within its condition (``flags_within``)."""
     os.environ["nnUNet_raw"] = str(root / f"seed_{seed}")
     cohort = Cohort(seed=seed, label_noise=label_noise)
-    raw = make_fetal_dataset(993, "LabelAudit", n_train=cohort.n_train, n_test=cohort.n_test, size=cohort.size,
-                             seed=seed)
+    raw = make_fetal_dataset(DatasetTarget(993, "LabelAudit"),
+                             CohortSpec(n_train=cohort.n_train, n_test=cohort.n_test, size=cohort.size, seed=seed))
     groups = read_subgroups(raw / "subgroups.tsv")
     train = groups[groups["split"] == "train"]
     noise = corrupt_training_labels(raw / "labelsTr", dict(zip(train["case"], train[GROUP_COLUMN])), label_noise,

@@ -43,9 +43,11 @@ def make_synthetic_dataset(root: Path, dataset_id: int, num_cases: int, size: in
     """The package's synthetic fetal cohort (``nnunet_dro make-synthetic --kind fetal``: the one
     generator of data, benchmarks and tests), ``num_cases`` training cases of ``size^3`` under
     ``root/raw``, planned and preprocessed for 3d_fullres."""
+    from nnunet_dro.data.raw_dataset import DatasetTarget
+    from nnunet_dro.data.synthetic_common import CohortSpec
     from nnunet_dro.data.synthetic_fetal import make_fetal_dataset
 
-    make_fetal_dataset(dataset_id, "DROBenchmark", n_train=num_cases, n_test=0, size=size)
+    make_fetal_dataset(DatasetTarget(dataset_id, "DROBenchmark"), CohortSpec(n_train=num_cases, n_test=0, size=size))
     subprocess.run([str(Path(sys.executable).parent / "nnUNetv2_plan_and_preprocess"), "-d", str(dataset_id),
                     "-c", "3d_fullres", "-np", "2", "-npfp", "2"], check=True, stdout=subprocess.DEVNULL,
                    env={**os.environ, "nnUNet_n_proc_DA": "2"})  # planning crashes with 0

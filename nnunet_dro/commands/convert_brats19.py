@@ -7,7 +7,8 @@ from pathlib import Path
 from nnunet_dro.commands.dataset_options import (
     add_dataset_arguments,
     add_test_split_arguments,
-    conversion_options,
+    dataset_target,
+    held_out_split,
     input_dir_argument,
 )
 
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.data.brats import convert_brats19
 
-    target = convert_brats19(args.input_dir, args.dataset_id, args.name, validation_dir=args.validation_dir,
-                             **conversion_options(args))
+    target = convert_brats19(args.input_dir, dataset_target(args), held_out_split(args),
+                             validation_dir=args.validation_dir)
     print(f"wrote {target} (dataset.json, subgroups.tsv)")
     return 0

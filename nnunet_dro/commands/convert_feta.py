@@ -7,7 +7,8 @@ from pathlib import Path
 from nnunet_dro.commands.dataset_options import (
     add_dataset_arguments,
     add_test_split_arguments,
-    conversion_options,
+    dataset_target,
+    held_out_split,
     input_dir_argument,
 )
 
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.data.feta import convert_feta
 
-    target = convert_feta(args.input_dir, args.dataset_id, args.name, three_regions=args.three_regions,
-                          conditions=args.conditions, **conversion_options(args))
+    target = convert_feta(args.input_dir, dataset_target(args), held_out_split(args),
+                          three_regions=args.three_regions, conditions=args.conditions)
     print(f"wrote {target} (dataset.json, subgroups.tsv)")
     return 0

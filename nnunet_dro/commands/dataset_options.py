@@ -3,8 +3,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nnunet_dro.commands.arg_types import dataset_id, fraction, non_negative_int
+
+if TYPE_CHECKING:  # imported when a command runs (below): building the parser reads no image library
+    from nnunet_dro.data.raw_dataset import DatasetTarget
+    from nnunet_dro.data.splits import HeldOutSplit
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser, default_name: str | None,
@@ -64,12 +69,20 @@ def add_test_split_arguments(parser: argparse.ArgumentParser, strata: str) -> No
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of --test-fraction")
 
 
-def conversion_options(args: argparse.Namespace) -> dict:
-    """The keyword arguments every converter takes, from the parsed options above."""
-    from nnunet_dro.data.splits import parse_case_list
+def dataset_target(args: argparse.Namespace, name: str | None = None) -> DatasetTarget:
+    """The :class:`~nnunet_dro.data.raw_dataset.DatasetTarget` of ``--id``, ``-n`` (or ``name``,
+    where the command chose it) and ``--overwrite``; progress notes go to stdout."""
+    from nnunet_dro.data.raw_dataset import DatasetTarget
 
-    return dict(test_cases=parse_case_list(args.test_cases), test_fraction=args.test_fraction, seed=args.seed,
-                overwrite=args.overwrite, progress=lambda message: print(message, flush=True))
+    return DatasetTarget(args.dataset_id, name or args.name, overwrite=args.overwrite,
+                         progress=lambda message: print(message, flush=True))
+
+
+def held_out_split(args: argparse.Namespace) -> HeldOutSplit:
+    """The :class:`~nnunet_dro.data.splits.HeldOutSplit` of ``--test-cases`` / ``--test-fraction`` / ``--seed``."""
+    from nnunet_dro.data.splits import HeldOutSplit, parse_case_list
+
+    return HeldOutSplit(parse_case_list(args.test_cases), args.test_fraction, args.seed)
 
 
 def input_dir_argument(parser: argparse.ArgumentParser, help_text: str) -> None:

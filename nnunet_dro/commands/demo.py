@@ -86,8 +86,10 @@ def require_the_lab() -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_the_lab()
+    from nnunet_dro.lab.cohort_folder import Cohort
     from nnunet_dro.lab.demo import run_demo
 
-    run_demo(args.output, size=args.size, seed=args.seed, device=args.device, overwrite=args.overwrite,
-             **settings(args))
+    chosen = settings(args)
+    run_demo(args.output, chosen["budget"], Cohort(chosen["n_train"], chosen["n_test"], args.size, args.seed),
+             device=args.device, overwrite=args.overwrite)
     return 0

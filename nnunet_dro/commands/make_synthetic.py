@@ -5,7 +5,7 @@ import argparse
 import time
 
 from nnunet_dro.commands.arg_types import non_negative_int, positive_int
-from nnunet_dro.commands.dataset_options import add_dataset_arguments
+from nnunet_dro.commands.dataset_options import add_dataset_arguments, dataset_target
 
 KINDS = ("fetal", "brats")
 DEFAULT_NAMES = {"fetal": "SyntheticFetal", "brats": "SyntheticBraTS"}
@@ -43,25 +43,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nnunet_dro.data import synthetic_brats, synthetic_fetal
-    from nnunet_dro.data.synthetic_common import parse_fractions
+    from nnunet_dro.data.synthetic_common import CohortSpec, parse_fractions
     from nnunet_dro.errors import UserError
 
     if args.site is not None and args.kind != "fetal":
         raise UserError(f"--site {args.site}: only --kind fetal renders every case at one site "
                         "(brats draws its sites with --train-mix / --test-mix)")
-    module, groups = ((synthetic_fetal, synthetic_fetal.CONDITIONS) if args.kind == "fetal"
-                      else (synthetic_brats, synthetic_brats.SITES))
-    make = module.make_fetal_dataset if args.kind == "fetal" else module.make_brats_dataset
-    train_mix = (parse_fractions(args.train_mix, groups) if args.train_mix
-                 else module.DEFAULT_TRAIN_FRACTIONS)
-    test_mix = (parse_fractions(args.test_mix, groups) if args.test_mix
-                else module.DEFAULT_TEST_FRACTIONS)
-    site = {} if args.site is None else {"site": args.site}
+    groups = synthetic_fetal.CONDITIONS if args.kind == "fetal" else synthetic_brats.SITES
+    # no --train-mix / --test-mix: None, the kind's default shares
+    cohort = CohortSpec(args.n_train, args.n_test, args.size, args.seed,
+                        train_fractions=parse_fractions(args.train_mix, groups) if args.train_mix else None,
+                        test_fractions=parse_fractions(args.test_mix, groups) if args.test_mix else None)
+    target = dataset_target(args, args.name or DEFAULT_NAMES[args.kind])
     started = time.perf_counter()
-    target = make(args.dataset_id, args.name or DEFAULT_NAMES[args.kind], n_train=args.n_train,
-                  n_test=args.n_test, size=args.size, seed=args.seed, train_fractions=train_mix,
-                  test_fractions=test_mix, overwrite=args.overwrite,
-                  progress=lambda message: print(message, flush=True), **site)
-    print(f"wrote {target} ({args.n_train} train, {args.n_test} test, {args.size}^3, "
+    if args.kind == "fetal":
+        folder = synthetic_fetal.make_fetal_dataset(target, cohort, site=args.site)
+    else:
+        folder = synthetic_brats.make_brats_dataset(target, cohort)
+    print(f"wrote {folder} ({args.n_train} train, {args.n_test} test, {args.size}^3, "
           f"seed {args.seed}{', ' + args.site if args.site else ''}) in {time.perf_counter() - started:.1f} s")
     return 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,14 +32,13 @@ import pandas as pd
 from nnunet_dro.data.raw_dataset import (
     TEST,
     TRAIN,
+    DatasetTarget,
     check_complete_files,
     check_label_values,
-    check_raw_dataset_output,
-    raw_dataset_output,
     read_image_info,
     read_label_array,
 )
-from nnunet_dro.data.splits import choose_test_cases
+from nnunet_dro.data.splits import HeldOutSplit
 from nnunet_dro.errors import UserError
 
 MODALITIES = ("t1", "t1ce", "t2", "flair")           # channel order of nnU-Net's conversion
@@ -186,19 +185,18 @@ def _convert_label(source: Path, target: Path) -> None:
         raise
 
 
-def convert_brats19(input_dir: Path, dataset_id: int, name: str = "BraTS2019",
-                    test_cases: Sequence[str] = (), test_fraction: float = 0.0, seed: int = 0,
-                    validation_dir: Path | None = None, overwrite: bool = False,
-                    progress: Callable[[str], None] = lambda message: None) -> Path:
-    """Convert BraTS 2019 training data to ``$nnUNet_raw/DatasetXXX_<name>``; return the folder.
+def convert_brats19(input_dir: Path, target: DatasetTarget, split: HeldOutSplit = HeldOutSplit(),
+                    validation_dir: Path | None = None) -> Path:
+    """Convert BraTS 2019 training data to ``target`` (``$nnUNet_raw/DatasetXXX_<name>``); return the folder.
 
-    Held-out cases (``test_cases`` or a ``test_fraction`` stratified by grade and centre) go to
+    Held-out cases (``split``: named cases, or a fraction stratified by grade and centre) go to
     imagesTs with their labels in labelsTs; unlabelled validation cases (``validation_dir``) go
     to imagesTs only.
 
     Example (shell): ``nnunet_dro convert-brats19 MICCAI_BraTS_2019_Data_Training --id 219``.
     """
-    check_raw_dataset_output(dataset_id, name, overwrite)  # nnUNet_raw set and writable: before any case is read
+    target.check()  # nnUNet_raw set and writable: before any case is read
+    progress = target.progress
     root = find_training_root(Path(input_dir))
     cases = find_cases(root)
     mapping_path = root / MAPPING_FILENAME
@@ -206,7 +204,7 @@ def convert_brats19(input_dir: Path, dataset_id: int, name: str = "BraTS2019",
         mapping_path = root.parent / MAPPING_FILENAME
     table = _subgroup_rows(cases, read_name_mapping(mapping_path), mapping_path)
     strata = (table["grade"] + "/" + table["centre"]).tolist()
-    held_out = choose_test_cases(table["case"].tolist(), strata, test_fraction, test_cases, seed)
+    held_out = split.choose(table["case"].tolist(), strata)
     table["split"] = [TEST if c in held_out else TRAIN for c in table["case"]]
     if validation_dir is not None:
         extra = find_validation_cases(Path(validation_dir))
@@ -231,7 +229,7 @@ def convert_brats19(input_dir: Path, dataset_id: int, name: str = "BraTS2019",
         if case.label is not None:
             check_label_values(case.label, read_label_array(case.label)[1], BRATS_LEGACY_LABELS)
 
-    with raw_dataset_output(dataset_id, name, num_channels=4, overwrite=overwrite) as writer:
+    with target.writer(num_channels=4) as writer:
         for number, (case, split) in enumerate(zip(cases, table["split"]), start=1):
             progress(f"[{number}/{len(cases)}] {case.case} ({case.grade or 'grade unknown'}, "
                      f"{split})")
@@ -241,7 +239,7 @@ def convert_brats19(input_dir: Path, dataset_id: int, name: str = "BraTS2019",
             for channel, image in enumerate(case.images):
                 writer.copy_image(case.case, channel, image, folder_split)
         writer.finish(channel_names=CHANNEL_NAMES, labels=REGION_LABELS, subgroups=table,
-                      regions_class_order=REGIONS_CLASS_ORDER, dataset_name=name,
+                      regions_class_order=REGIONS_CLASS_ORDER, dataset_name=target.name,
                       description="BraTS 2019 training data converted by nnunet_dro "
                                   "convert-brats19 (nnU-Net region-based labels)",
                       reference="https://www.med.upenn.edu/cbica/brats2019/data.html",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,15 +30,14 @@ import pandas as pd
 from nnunet_dro.data.raw_dataset import (
     TEST,
     TRAIN,
+    DatasetTarget,
     check_complete_files,
     check_label_values,
-    check_raw_dataset_output,
     label_image_like,
-    raw_dataset_output,
     read_image_info,
     read_label_array,
 )
-from nnunet_dro.data.splits import choose_test_cases
+from nnunet_dro.data.splits import HeldOutSplit
 from nnunet_dro.data.subgroups import read_subgroups
 from nnunet_dro.errors import UserError
 
@@ -220,12 +219,13 @@ def _subgroup_rows(subjects: Sequence[FetaSubject], participants: pd.DataFrame,
     return pd.DataFrame(rows)
 
 
-def convert_feta(input_dir: Path, dataset_id: int, name: str = "FeTA",
-                 three_regions: bool = False, test_cases: Sequence[str] = (),
-                 test_fraction: float = 0.0, seed: int = 0, conditions: Path | None = None,
-                 overwrite: bool = False,
-                 progress: Callable[[str], None] = lambda message: None) -> Path:
-    """Convert a FeTA BIDS folder to ``$nnUNet_raw/DatasetXXX_<name>``; return that folder.
+def convert_feta(input_dir: Path, target: DatasetTarget, split: HeldOutSplit = HeldOutSplit(),
+                 three_regions: bool = False, conditions: Path | None = None) -> Path:
+    """Convert a FeTA BIDS folder to ``target`` (``$nnUNet_raw/DatasetXXX_<name>``); return that folder.
+
+    ``split``: the cases held out in imagesTs/labelsTs (a fraction is stratified by condition);
+    ``three_regions``: the paper's 3 tissues instead of FeTA's 7 labels; ``conditions``: a table
+    whose conditions override participants.tsv.
 
     Everything is validated before anything is written: participants.tsv rows, files, shapes
     and geometry, every file read to its end (a truncated download is an error, not zero-filled
@@ -234,14 +234,13 @@ def convert_feta(input_dir: Path, dataset_id: int, name: str = "FeTA",
 
     Example (shell): ``nnunet_dro convert-feta feta_2.1 --id 201 --three-regions``.
     """
-    check_raw_dataset_output(dataset_id, name, overwrite)  # nnUNet_raw set and writable: before any case is read
-    input_dir = Path(input_dir)
+    target.check()  # nnUNet_raw set and writable: before any case is read
+    input_dir, progress = Path(input_dir), target.progress
     subjects = find_subjects(input_dir)
     participants = read_participants(input_dir / "participants.tsv")
     overrides = read_condition_overrides(Path(conditions)) if conditions else {}
     table = _subgroup_rows(subjects, participants, overrides, input_dir / "participants.tsv")
-    held_out = choose_test_cases(table["case"].tolist(), table["condition"].tolist(),
-                                 test_fraction, test_cases, seed)
+    held_out = split.choose(table["case"].tolist(), table["condition"].tolist())
     table["split"] = [TEST if c in held_out else TRAIN for c in table["case"]]
 
     # Header checks first: a bad file fails the run in seconds, not after an hour of copying.
@@ -266,7 +265,7 @@ def convert_feta(input_dir: Path, dataset_id: int, name: str = "FeTA",
         check_label_values(subject.label, read_label_array(subject.label)[1], FETA_LABELS.values())
 
     labels = THREE_REGION_LABELS if three_regions else FETA_LABELS
-    with raw_dataset_output(dataset_id, name, num_channels=1, overwrite=overwrite) as writer:
+    with target.writer(num_channels=1) as writer:
         for number, (subject, split) in enumerate(zip(subjects, table["split"]), start=1):
             progress(f"[{number}/{len(subjects)}] {subject.participant_id} ({split})")
             label_image, array = read_label_array(subject.label)
@@ -286,7 +285,7 @@ def convert_feta(input_dir: Path, dataset_id: int, name: str = "FeTA",
             writer.copy_image(subject.participant_id, 0, subject.image, split)
             writer.write_label(subject.participant_id, label, split)
         writer.finish(channel_names={0: "T2"}, labels=labels, subgroups=table,
-                      dataset_name=name,
+                      dataset_name=target.name,
                       description="FeTA fetal brain T2w MRI converted by nnunet_dro convert-feta"
                                   + (" (three regions)" if three_regions else ""),
                       reference="https://feta.grand-challenge.org",

@@ -60,6 +60,46 @@ def dataset_folder_name(dataset_id: int, name: str) -> str:
     return f"Dataset{int(dataset_id):03d}_{name}"
 
 
+def _no_progress(message: str) -> None:
+    """Where a :class:`DatasetTarget`'s progress notes go by default: nowhere."""
+
+
+@dataclass(frozen=True)
+class DatasetTarget:
+    """The raw dataset a converter or generator writes: ``$nnUNet_raw/Dataset<dataset_id>_<name>``
+    (``--id``, ``-n``), whether an existing folder of that ID and name is replaced (``--overwrite``)
+    and where progress notes go (``progress``, one line each; default: nowhere). An ID outside
+    1..999 or a name nnU-Net cannot use is a one-line UserError here, before any case is read.
+
+    >>> DatasetTarget(201, "FeTA").folder_name
+    'Dataset201_FeTA'
+    >>> DatasetTarget(201, "Fe TA")
+    Traceback (most recent call last):
+    ...
+    nnunet_dro.errors.UserError: dataset name 'Fe TA' must be letters, digits, '_' or '-' (no spaces)
+    """
+
+    dataset_id: int
+    name: str
+    overwrite: bool = False
+    progress: Callable[[str], None] = _no_progress
+
+    def __post_init__(self) -> None:
+        dataset_folder_name(self.dataset_id, self.name)
+
+    @property
+    def folder_name(self) -> str:
+        return dataset_folder_name(self.dataset_id, self.name)
+
+    def check(self) -> Path:
+        """:func:`check_raw_dataset_output` of this target: everything checkable before a case is read."""
+        return check_raw_dataset_output(self.dataset_id, self.name, self.overwrite)
+
+    def writer(self, num_channels: int) -> contextlib.AbstractContextManager[RawDatasetWriter]:
+        """:func:`raw_dataset_output` of this target (the folder appears only on success)."""
+        return raw_dataset_output(self.dataset_id, self.name, num_channels, self.overwrite)
+
+
 def _check_id_free(dataset_id: int, folder_name: str) -> None:
     """nnU-Net resolves IDs across raw, preprocessed and results: one ID must mean one name."""
     for variable in ("nnUNet_raw", "nnUNet_preprocessed", "nnUNet_results"):

@@ -1,6 +1,7 @@
 """Held-out test selection shared by the converters: explicit case lists or a stratified fraction."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -64,3 +65,37 @@ def choose_test_cases(cases: Sequence[str], strata: Sequence[str], fraction: flo
         chosen.update(rng.choice(members, size=count, replace=False).tolist() if count else [])
     return chosen
 
+
+
+@dataclass(frozen=True)
+class HeldOutSplit:
+    """Which cases a converter holds out in imagesTs/labelsTs: the ``test_cases`` named, or a
+    ``test_fraction`` of each stratum drawn with ``seed`` (``--test-cases``, ``--test-fraction``,
+    ``--seed``); the default holds out none. Giving both, a fraction outside [0, 1) or a negative
+    seed is a one-line UserError; whether the named cases exist is checked against the input
+    (:meth:`choose`).
+
+    >>> HeldOutSplit(["a"]).choose(["a", "b"], ["x", "x"])
+    {'a'}
+    >>> HeldOutSplit(["a"], test_fraction=0.5)
+    Traceback (most recent call last):
+    ...
+    nnunet_dro.errors.UserError: give either test cases or a test fraction, not both
+    """
+
+    test_cases: Sequence[str] = ()
+    test_fraction: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "test_cases", tuple(self.test_cases))  # frozen: normalised once, here
+        if self.test_cases and self.test_fraction:
+            raise UserError("give either test cases or a test fraction, not both")
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise UserError(f"test fraction {self.test_fraction} must be in [0, 1)")
+        if int(self.seed) != self.seed or self.seed < 0:
+            raise UserError(f"test split seed {self.seed} must be an integer >= 0")
+
+    def choose(self, cases: Sequence[str], strata: Sequence[str]) -> set[str]:
+        """The held-out cases among ``cases`` (``strata``: the subgroup of each, for a fraction)."""
+        return choose_test_cases(cases, strata, self.test_fraction, self.test_cases, self.seed)

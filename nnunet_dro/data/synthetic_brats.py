@@ -23,12 +23,14 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from nnunet_dro.data.brats import CHANNEL_NAMES, REGION_LABELS, REGIONS_CLASS_ORDER, legacy_to_nnunet
+from nnunet_dro.data.raw_dataset import DatasetTarget
 from nnunet_dro.data.synthetic_common import (
+    CohortSpec,
     SyntheticCase,
     assign_groups,
     case_rng,
@@ -146,17 +148,12 @@ def generate_brats_cohort(n_train: int = 40, n_test: int = 30, size: int = 32, s
     return cases
 
 
-def make_brats_dataset(dataset_id: int, name: str = "SyntheticBraTS", n_train: int = 40,
-                       n_test: int = 30, size: int = 32, seed: int = 0,
-                       train_fractions: Mapping[str, float] = DEFAULT_TRAIN_FRACTIONS,
-                       test_fractions: Mapping[str, float] = DEFAULT_TEST_FRACTIONS,
-                       overwrite: bool = False,
-                       progress: Callable[[str], None] = lambda message: None) -> Path:
-    """Generate the cohort and write it to ``$nnUNet_raw/DatasetXXX_<name>``; return the folder."""
-    cases = generate_brats_cohort(n_train, n_test, size, seed, train_fractions, test_fractions)
-    return write_cohort(cases, dataset_id, name, channel_names=CHANNEL_NAMES,
-                        labels=REGION_LABELS, regions_class_order=REGIONS_CLASS_ORDER,
-                        spacing_mm=FIELD_OF_VIEW_MM / size, overwrite=overwrite,
-                        progress=progress,
-                        description=f"synthetic BraTS-like cohort (seed {seed}, {n_train} train / "
-                                    f"{n_test} test, {size}^3)")
+def make_brats_dataset(target: DatasetTarget, cohort: CohortSpec = CohortSpec()) -> Path:
+    """Generate the ``cohort`` and write it to ``target`` (``$nnUNet_raw/DatasetXXX_<name>``); return the folder."""
+    train_fractions, test_fractions = cohort.fractions(DEFAULT_TRAIN_FRACTIONS, DEFAULT_TEST_FRACTIONS)
+    cases = generate_brats_cohort(cohort.n_train, cohort.n_test, cohort.size, cohort.seed, train_fractions,
+                                  test_fractions)
+    return write_cohort(cases, target, channel_names=CHANNEL_NAMES, labels=REGION_LABELS,
+                        regions_class_order=REGIONS_CLASS_ORDER, spacing_mm=FIELD_OF_VIEW_MM / cohort.size,
+                        description=f"synthetic BraTS-like cohort (seed {cohort.seed}, {cohort.n_train} train / "
+                                    f"{cohort.n_test} test, {cohort.size}^3)")

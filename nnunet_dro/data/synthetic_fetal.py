@@ -30,19 +30,22 @@ percent in training, a third each in test): the hidden stratification that DRO t
 Example::
 
     cases = generate_fetal_cohort(n_train=8, n_test=6, size=32, seed=0)
-    make_fetal_dataset(dataset_id=990, n_train=40, n_test=30, size=32, seed=0)  # needs $nnUNet_raw
+    make_fetal_dataset(DatasetTarget(990, "SyntheticFetal"),
+                       CohortSpec(n_train=40, n_test=30, size=32, seed=0))  # needs $nnUNet_raw
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 from scipy import ndimage
 
 from nnunet_dro.data.feta import FETA_LABELS
+from nnunet_dro.data.raw_dataset import DatasetTarget
 from nnunet_dro.data.synthetic_common import (
+    CohortSpec,
     SyntheticCase,
     assign_groups,
     case_rng,
@@ -253,18 +256,15 @@ def generate_fetal_cohort(n_train: int = 40, n_test: int = 30, size: int = 32, s
     return cases
 
 
-def make_fetal_dataset(dataset_id: int, name: str = "SyntheticFetal", n_train: int = 40,
-                       n_test: int = 30, size: int = 32, seed: int = 0,
-                       train_fractions: Mapping[str, float] = DEFAULT_TRAIN_FRACTIONS,
-                       test_fractions: Mapping[str, float] = DEFAULT_TEST_FRACTIONS,
-                       overwrite: bool = False,
-                       progress: Callable[[str], None] = lambda message: None,
-                       site: str | None = None) -> Path:
-    """Generate the cohort and write it to ``$nnUNet_raw/DatasetXXX_<name>``; return the folder."""
-    cases = generate_fetal_cohort(n_train, n_test, size, seed, train_fractions, test_fractions, site)
-    return write_cohort(cases, dataset_id, name, channel_names={0: "T2"}, labels=FETA_LABELS,
-                        spacing_mm=FIELD_OF_VIEW_MM / size, overwrite=overwrite, progress=progress,
-                        description=f"synthetic fetal-brain-like cohort (seed {seed}, "
-                                    f"{n_train} train / {n_test} test, {size}^3"
+def make_fetal_dataset(target: DatasetTarget, cohort: CohortSpec = CohortSpec(), site: str | None = None) -> Path:
+    """Generate the ``cohort`` and write it to ``target`` (``$nnUNet_raw/DatasetXXX_<name>``); return
+    the folder. ``site``: as :func:`generate_fetal_cohort` (the fetal cohort's own, not the spec's:
+    the BraTS-like cohort draws its sites as groups)."""
+    train_fractions, test_fractions = cohort.fractions(DEFAULT_TRAIN_FRACTIONS, DEFAULT_TEST_FRACTIONS)
+    cases = generate_fetal_cohort(cohort.n_train, cohort.n_test, cohort.size, cohort.seed, train_fractions,
+                                  test_fractions, site)
+    return write_cohort(cases, target, channel_names={0: "T2"}, labels=FETA_LABELS,
+                        spacing_mm=FIELD_OF_VIEW_MM / cohort.size,
+                        description=f"synthetic fetal-brain-like cohort (seed {cohort.seed}, "
+                                    f"{cohort.n_train} train / {cohort.n_test} test, {cohort.size}^3"
                                     + (f", every case at {site}" if site else "") + ")")
-

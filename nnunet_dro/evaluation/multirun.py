@@ -25,7 +25,7 @@ from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation import api, reports
 from nnunet_dro.evaluation.options import EvaluationOptions, resolve_options
 from nnunet_dro.evaluation.result import EvaluationResult
-from nnunet_dro.evaluation.runs import RUN_SEPARATOR, RunsReport, explanation, run_label, runs_table
+from nnunet_dro.evaluation.runs import RUN_SEPARATOR, RunsReport, RunsTableScope, explanation, run_label, runs_table
 
 DEFAULT_RUN_RESAMPLES = 2000
 
@@ -84,12 +84,11 @@ def evaluate_runs(reference: str | None, predictions: Mapping[str, Sequence[str]
         raise UserError(f"{error} ({'; '.join(named)})") from None
     resamples = options.n_bootstrap or DEFAULT_RUN_RESAMPLES
     settings = result.settings
-    table = runs_table(result.per_case, labels, paired=paired, regions=[r.name for r in result.regions],
-                       metrics=settings["metrics"], percentiles=settings["percentiles"],
-                       group_columns=result.group_columns,
-                       group_orders={c: list(result.summary.loc[result.summary["group_column"] == c, "group"]
-                                             .drop_duplicates()) for c in result.group_columns},
-                       n_bootstrap=resamples)
+    scope = RunsTableScope([r.name for r in result.regions], settings["metrics"], settings["percentiles"],
+                           result.group_columns,
+                           {c: list(result.summary.loc[result.summary["group_column"] == c, "group"].drop_duplicates())
+                            for c in result.group_columns})
+    table = runs_table(result.per_case, labels, scope, paired=paired, n_bootstrap=resamples)
     runs_settings = {"paired": paired, "runs": {name: [os.path.abspath(f) for f in folders]
                                                 for name, folders in predictions.items()},
                      "run_names": labels, "n_bootstrap": resamples, "confidence": 0.95, "bootstrap_seed": 0,

@@ -38,7 +38,7 @@ array([75., 65., 85.])
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -327,26 +327,61 @@ def _row(cell: _Cell, method: str, statistic: str, interval: Interval, note: str
     return row
 
 
-def runs_table(per_case: pd.DataFrame, method_runs: Mapping[str, Sequence[str]], *, paired: bool, regions: Sequence[str],
-               metrics: Sequence[str], percentiles: Sequence[float], group_columns: Sequence[str] = (),
-               group_orders: Mapping[str, Sequence[str]] | None = None, n_bootstrap: int = 2000,
-               seed: int = 0) -> pd.DataFrame:
+@dataclass(frozen=True)
+class RunsTableScope:
+    """What :func:`runs_table` spans: the ``regions``, ``metrics`` and ``percentiles`` (a ``pXX``
+    statistic each, besides mean and median) of the evaluation, and its ``group_columns`` with the
+    display order of each column's groups (``group_orders``: column -> groups; the ``all`` rows
+    come first). Sequences are kept as tuples; a group column without an order is a ValueError.
+
+    >>> scope = RunsTableScope(["wm"], ["dice"], [10], ["site"], {"site": ["A", "B"]})
+    >>> scope.statistics, scope.group_columns
+    (['mean', 'median', 'p10'], ('site',))
+    >>> RunsTableScope(["wm"], ["dice"], [10], ["site"])
+    Traceback (most recent call last):
+    ...
+    ValueError: group column 'site' has no group order (group_orders names [])
+    """
+
+    regions: Sequence[str]
+    metrics: Sequence[str]
+    percentiles: Sequence[float]
+    group_columns: Sequence[str] = ()
+    group_orders: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # frozen: the normalised sequences are set once, here
+        for name in ("regions", "metrics", "percentiles", "group_columns"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "group_orders", {c: tuple(g) for c, g in (self.group_orders or {}).items()})
+        for column in self.group_columns:
+            if column not in self.group_orders:
+                raise ValueError(f"group column {column!r} has no group order (group_orders names "
+                                 f"{sorted(self.group_orders)})")
+
+    @property
+    def statistics(self) -> list[str]:
+        return statistic_names(self.percentiles)
+
+
+def runs_table(per_case: pd.DataFrame, method_runs: Mapping[str, Sequence[str]], scope: RunsTableScope, *,
+               paired: bool, n_bootstrap: int = 2000, seed: int = 0) -> pd.DataFrame:
     """The table of ``runs.csv``: one row per method (``kind = method``) and per difference with the
-    first method (``kind = difference``), group, region, metric and statistic.
+    first method (``kind = difference``), group, region, metric and statistic of ``scope``.
 
     ``per_case`` is the per-case table of an evaluation whose methods are the runs
     (``method_runs``: method -> its run names in ``per_case``, in seed order when ``paired``).
     """
-    statistics = statistic_names(percentiles)
+    statistics = scope.statistics
     names = list(method_runs)
     base = names[0]
     rows: list[dict] = []
-    for metric in metrics:
+    for metric in scope.metrics:
         by_metric = per_case[per_case["metric"] == metric]
         higher = METRIC_INFO[metric].higher_is_better if metric in METRIC_INFO else True
-        for group_column, group, _ in groupings(group_columns, group_orders or {}):
+        for group_column, group, _ in groupings(scope.group_columns, scope.group_orders):
             selected = by_metric if group_column == "all" else by_metric[by_metric[group_column] == group]
-            for region in regions:
+            for region in scope.regions:
                 wide = selected[selected["region"] == region].pivot(index="method", columns="case", values="value")
                 wide = wide.reindex(columns=sorted(wide.columns))
                 matrices = {m: wide.reindex(index=list(method_runs[m])).to_numpy(float) for m in names}

@@ -20,6 +20,12 @@ changes only what a 2-core CPU cannot afford:
 - with ``nnUNet_dro_seed`` set (an integer), torch is seeded right before the network is built,
   so every arm of one benchmark repetition starts from the same initial weights, and a DRO
   trainer's draws use that seed (the augmentation workers stay unseeded, as in nnU-Net);
+- ``nnUNet_dro_final_validation=1`` keeps nnU-Net's final validation (a fold with held-out cases:
+  the converged regime's calibration reads ERM's ``validation/summary.json``);
+- ``nnUNet_dro_keep_checkpoints=50,75`` (percent of the epochs) also saves the network at the end
+  of those epochs as ``checkpoint_epoch_<E>.pth``, beside nnU-Net's files, so that the training
+  fit can be scored part-way through one training (``nnUNetv2_predict -chk``) instead of in
+  trainings of several lengths;
 - ``nnUNet_dro_torch_threads`` sets torch's threads for the training. On CPU ``nnUNetv2_train`` gives
   torch every core, so two trainings side by side oversubscribe them; pinned to one core each
   (``taskset -c``) with one thread, two 240-epoch benchmark trainings on 2 cores finished together
@@ -56,6 +62,8 @@ from nnunet_dro.training.stability import learning_time_line, pseudo_dice_histor
 #: (the budget's override is the short run's, ``SHORT_RUN_ENV``).
 SEED_ENV = "nnUNet_dro_seed"
 THREADS_ENV = "nnUNet_dro_torch_threads"
+FINAL_VALIDATION_ENV = "nnUNet_dro_final_validation"
+KEEP_CHECKPOINTS_ENV = "nnUNet_dro_keep_checkpoints"
 
 
 def _int_from_env(name: str) -> int | None:
@@ -66,6 +74,32 @@ def _int_from_env(name: str) -> int | None:
         return int(text)
     except ValueError:
         raise RuntimeError(f"{name}={text!r} is not an integer") from None
+
+
+def kept_checkpoint_epochs(text: str, epochs: int) -> tuple[int, ...]:
+    """The epochs (1-based, counted as nnU-Net's ``current_epoch + 1``) at whose end a copy of the
+    network is kept, from percentages of ``epochs``; 100 % is nnU-Net's own final checkpoint.
+
+    >>> kept_checkpoint_epochs("50,75", 800), kept_checkpoint_epochs(" 25, 100 ", 10), kept_checkpoint_epochs("", 5)
+    ((400, 600), (3,), ())
+    """
+    kept = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            percent = float(item)
+        except ValueError:
+            raise RuntimeError(f"{KEEP_CHECKPOINTS_ENV}={text!r}: {item!r} is not a percentage") from None
+        if not 0 < percent <= 100:
+            raise RuntimeError(f"{KEEP_CHECKPOINTS_ENV}={text!r}: {item} is not a percentage in (0, 100]")
+        epoch = max(1, round(percent / 100 * epochs))
+        if epoch < epochs:
+            kept.append(epoch)
+    return tuple(sorted(set(kept)))
+
+
+def checkpoint_name(epoch: int) -> str:
+    """The file of a kept network: ``checkpoint_epoch_<E>.pth`` (E: epochs trained)."""
+    return f"checkpoint_epoch_{epoch}.pth"
 
 
 def budget_seed() -> int | None:
@@ -94,6 +128,9 @@ class CPUBudget(ShortRun):
             if threads < 1:
                 raise RuntimeError(f"{THREADS_ENV}={threads}: must be at least 1")
             torch.set_num_threads(threads)  # after nnUNetv2_train's own set_num_threads(cpu_count())
+        if os.environ.get(FINAL_VALIDATION_ENV, "").strip() not in ("", "0"):
+            self.budget_final_validation = True  # this run only: the class keeps its default
+        self.kept_epochs = kept_checkpoint_epochs(os.environ.get(KEEP_CHECKPOINTS_ENV, ""), self.num_epochs)
         seed = budget_seed()
         settings = getattr(self, "dro_settings", None)
         if seed is not None and settings is not None:
@@ -128,6 +165,10 @@ class CPUBudget(ShortRun):
 
     def on_epoch_end(self):
         epoch = self.current_epoch
+        if epoch + 1 in self.kept_epochs:
+            # before nnU-Net's on_epoch_end, which advances current_epoch: the file records the
+            # epochs trained as nnU-Net's own checkpoints do; every rank calls it, as nnU-Net does
+            self.save_checkpoint(os.path.join(self.output_folder, checkpoint_name(epoch + 1)))
         logger = self.logger
         if (epoch + 1) % self.budget_plot_every and epoch != self.num_epochs - 1:
             logger.plot_progress_png = lambda output_folder: None  # this epoch only: shadows the method

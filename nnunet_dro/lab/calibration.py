@@ -115,3 +115,56 @@ def seed_counts(erm_fold_dirs: Sequence[str | Path], subgroups: pd.DataFrame,
         raise UserError(f"the calibration test needs a seed's two ERM runs, got {len(erm_fold_dirs)}")
     checks = [check_erm_run(d, subgroups, epochs) for d in erm_fold_dirs]
     return all(c.passed for c in checks), checks
+
+
+#: (i) of the calibration: ERM's training-set Dice on the rare group rises by less than this over
+#: the schedule's last quarter (points of Dice)
+PLATEAU_RISE = 1.0
+
+
+def last_quarter_rise(curve: dict[int, float], epochs: int) -> float:
+    """How much a training-fit curve (epochs trained -> Dice, from the networks kept part-way and
+    the final one) rises over the schedule's last quarter: the final value minus the value at 75 %
+    of ``epochs`` (a kept network must be there: the regime keeps one every 12.5 %).
+
+    >>> last_quarter_rise({400: 70.0, 600: 78.5, 800: 79.0}, 800)
+    0.5
+    """
+    if epochs not in curve:
+        raise UserError(f"training-fit curve: no value at the final epoch {epochs} (epochs held: {sorted(curve)})")
+    three_quarters = round(0.75 * epochs)
+    if three_quarters not in curve:
+        raise UserError(f"training-fit curve: no network kept at epoch {three_quarters} (75 % of {epochs}); "
+                        f"epochs held: {sorted(curve)}")
+    return float(curve[epochs] - curve[three_quarters])
+
+
+def has_plateaued(curve: dict[int, float], epochs: int) -> bool:
+    """(i): the rise over the last quarter is below :data:`PLATEAU_RISE` (NaN never passes).
+
+    >>> has_plateaued({600: 78.5, 800: 79.0}, 800), has_plateaued({600: 70.0, 800: 79.0}, 800)
+    (True, False)
+    """
+    rise = last_quarter_rise(curve, epochs)
+    return bool(rise < PLATEAU_RISE)
+
+
+def dose_response_reading(gains_1x: Sequence[float], gains_2x: Sequence[float]) -> str:
+    """The journal's reading rule of the dose-response runs (a direction on 4 seeds, no interval):
+    a gain *holds* where its mean at 2x the budget is at least half its mean at 1x, *shrinks* where
+    it lies between 0 and half, *vanishes* where it is at most 0; with no gain at 1x (mean <= 0) there
+    is nothing to hold. The two lists are the same seeds' gains, in the same order.
+
+    >>> dose_response_reading([10, 8], [6, 4]), dose_response_reading([10, 8], [2, 1])
+    ('holds', 'shrinks')
+    >>> dose_response_reading([10, 8], [-1, 0.5]), dose_response_reading([-2, 1], [3, 3])
+    ('vanishes', 'no gain at 1x')
+    """
+    if len(gains_1x) != len(gains_2x) or not len(gains_1x):
+        raise UserError(f"dose response: {len(gains_1x)} gains at 1x and {len(gains_2x)} at 2x; the same seeds are needed")
+    at_1x, at_2x = float(np.mean(gains_1x)), float(np.mean(gains_2x))
+    if not at_1x > 0:
+        return "no gain at 1x"
+    if at_2x <= 0:
+        return "vanishes"
+    return "holds" if at_2x >= at_1x / 2 else "shrinks"

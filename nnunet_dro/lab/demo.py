@@ -44,10 +44,10 @@ DATASET_NAME = "SyntheticFetalDemo"
 DEMO_ARMS = {"ERM": "ERM", "DRO": "DROAdaptive"}
 
 
-def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Budget(), n_train: int = Cohort.n_train,
-             n_test: int = Cohort.n_test, size: int = 32, seed: int = 0, device: str = "cpu", overwrite: bool = False,
-             echo: Callable[[str], None] = print):
-    """Run the demo; returns the evaluation result (see :func:`nnunet_dro.evaluation.api.evaluate`)."""
+def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Budget(), cohort: Cohort = Cohort(),
+             device: str = "cpu", overwrite: bool = False, echo: Callable[[str], None] = print):
+    """Run the demo on ``cohort`` (its counts, size and seed; the seed is also the training seed); returns the
+    evaluation result (see :func:`nnunet_dro.evaluation.api.evaluate`)."""
     out = Path(output).resolve()
     if overwrite and out.exists():
         shutil.rmtree(out)
@@ -56,11 +56,11 @@ def run_demo(output: str | os.PathLike = "nnunet_dro_demo", budget: Budget = Bud
     def step(number: int, text: str) -> None:
         echo(f"[demo {number}/5 | {time.perf_counter() - started:6.0f} s] {text}")
 
-    cohort = Cohort(n_train, n_test, size, seed)
+    seed = cohort.seed
     ws = Workspace(out, DATASET_ID, DATASET_NAME, cohort, echo=lambda text: echo("  " + text))
     arms = ws.arms
-    step(1, f"synthetic cohort: {n_train} training + {n_test} test cases of {size}^3 (seed {seed}) in "
-            f"{ws.cohort_folder.raw}")
+    step(1, f"synthetic cohort: {cohort.n_train} training + {cohort.n_test} test cases of {cohort.size}^3 "
+            f"(seed {seed}) in {ws.cohort_folder.raw}")
     step(2, "nnUNetv2_plan_and_preprocess")
     subgroups = ws.cohort_folder.prepare()
     echo("    training set by condition: " + _counts(subgroups[subgroups["split"] == "train"]))

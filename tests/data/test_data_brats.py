@@ -12,6 +12,8 @@ import SimpleITK as sitk
 from converter_cli import listing, raw_with_other_dataset, run_converter, truncate
 from data_raw_checks import assert_valid_raw_dataset
 from nnunet_dro.data.brats import MODALITIES, convert_brats19, institution_from_case_id, legacy_to_nnunet
+from nnunet_dro.data.raw_dataset import DatasetTarget
+from nnunet_dro.data.splits import HeldOutSplit
 from nnunet_dro.errors import UserError
 
 SHAPE = (5, 6, 7)
@@ -58,7 +60,7 @@ def make_brats_tree(parent: Path, with_mapping: bool = True) -> Path:
 def test_brats_conversion_is_nnunets_region_layout(tmp_path, raw):
     make_brats_tree(tmp_path)
     # The parent folder works too: the converter finds MICCAI_BraTS_2019_Data_Training inside.
-    target = convert_brats19(tmp_path, 219, test_cases=["BraTS19_TCIA10_103_1"])
+    target = convert_brats19(tmp_path, DatasetTarget(219, "BraTS2019"), HeldOutSplit(["BraTS19_TCIA10_103_1"]))
     dataset = json.loads((target / "dataset.json").read_text())
     assert dataset["channel_names"] == {"0": "T1", "1": "T1ce", "2": "T2", "3": "Flair"}
     assert dataset["labels"] == {"background": 0, "whole_tumor": [1, 2, 3],
@@ -86,7 +88,7 @@ def test_brats_conversion_is_nnunets_region_layout(tmp_path, raw):
 
 def test_brats_centre_from_case_ids_without_mapping(tmp_path, raw):
     root = make_brats_tree(tmp_path, with_mapping=False)
-    target = convert_brats19(root, 220)
+    target = convert_brats19(root, DatasetTarget(220, "BraTS2019"))
     table = pd.read_csv(target / "subgroups.tsv", sep="\t").set_index("case")
     assert table.loc["BraTS19_2013_2_1", "centre"] == "other"  # only the mapping knows it
     assert table.loc["BraTS19_TCIA08_242_1", "centre"] == "TCIA"
@@ -136,15 +138,15 @@ def test_brats_bad_input_is_one_clear_error_and_writes_nothing(tmp_path, raw, ki
     root = make_brats_tree(tmp_path)
     fragment = _break(kind, root)
     with pytest.raises(UserError) as error:
-        convert_brats19(root, 221)
+        convert_brats19(root, DatasetTarget(221, "BraTS2019"))
     assert fragment in str(error.value) and "\n" not in str(error.value)
     assert not raw.exists() or not any(raw.iterdir())
 
 
 def test_brats_stratified_test_fraction_keeps_each_stratum_in_training(tmp_path, raw):
     root = make_brats_tree(tmp_path)
-    table = pd.read_csv(convert_brats19(root, 222, test_fraction=0.5, seed=1) / "subgroups.tsv",
-                        sep="\t")
+    target = convert_brats19(root, DatasetTarget(222, "BraTS2019"), HeldOutSplit(test_fraction=0.5, seed=1))
+    table = pd.read_csv(target / "subgroups.tsv", sep="\t")
     for _, stratum in table.groupby(["grade", "centre"]):
         if len(stratum) >= 2:
             assert set(stratum["split"]) == {"train", "test"}
@@ -167,7 +169,8 @@ def test_brats_validation_set_goes_to_images_ts_without_labels(tmp_path, raw):
     (validation / "name_mapping_validation_data.csv").write_text(
         "BraTS_2017_subject_ID,BraTS_2018_subject_ID,TCGA_TCIA_subject_ID,BraTS_2019_subject_ID\n"
         "NA,NA,NA,BraTS19_CBICA_AAM_1\nNA,NA,TCGA-HT-7680,BraTS19_TCIA12_101_1\n")
-    target = convert_brats19(root, 223, test_cases=["BraTS19_2013_0_1"], validation_dir=validation)
+    target = convert_brats19(root, DatasetTarget(223, "BraTS2019"), HeldOutSplit(["BraTS19_2013_0_1"]),
+                             validation_dir=validation)
     dataset = json.loads((target / "dataset.json").read_text())
     assert dataset["numTraining"] == 5 and dataset["numTest"] == 3
     assert len(list((target / "imagesTs").glob("BraTS19_TCIA12_101_1_000?.nii.gz"))) == 4
@@ -176,7 +179,7 @@ def test_brats_validation_set_goes_to_images_ts_without_labels(tmp_path, raw):
     assert table.loc["BraTS19_TCIA12_101_1", ["centre", "split"]].tolist() == ["TCIA", "validation"]
     assert pd.isna(table.loc["BraTS19_CBICA_AAM_1", "grade"])
     with pytest.raises(UserError, match="also training cases"):
-        convert_brats19(root, 224, validation_dir=root / "HGG")
+        convert_brats19(root, DatasetTarget(224, "BraTS2019"), validation_dir=root / "HGG")
 
 
 @pytest.mark.parametrize("kind", ["flair image", "seg label", "plain .nii t1ce image"])

@@ -14,6 +14,8 @@ import SimpleITK as sitk
 from converter_cli import listing, raw_with_other_dataset, run_converter, truncate
 from data_raw_checks import assert_valid_raw_dataset
 from nnunet_dro.data.feta import THREE_REGION_MAP, convert_feta, normalise_condition, parse_gestational_age
+from nnunet_dro.data.raw_dataset import DatasetTarget
+from nnunet_dro.data.splits import HeldOutSplit
 from nnunet_dro.errors import UserError
 
 SHAPE = (6, 7, 8)  # z, y, x: small and anisotropic so axis mix-ups show
@@ -55,7 +57,7 @@ def make_feta_tree(root: Path, subjects=SUBJECTS, header="participant_id\tPathol
 
 def test_feta_conversion_keeps_seven_labels_and_writes_subgroups(tmp_path, raw):
     source = make_feta_tree(tmp_path / "feta_2.1")
-    target = convert_feta(source, 201, test_cases=["sub-004"])
+    target = convert_feta(source, DatasetTarget(201, "FeTA"), HeldOutSplit(["sub-004"]))
     assert target == raw / "Dataset201_FeTA"
     dataset = json.loads((target / "dataset.json").read_text())
     assert dataset["channel_names"] == {"0": "T2"}
@@ -81,7 +83,7 @@ def test_feta_three_regions_merge_and_condition_overrides(tmp_path, raw):
     source = make_feta_tree(tmp_path / "feta")
     overrides = tmp_path / "diagnoses.tsv"
     overrides.write_text("participant_id\tcondition\nsub-002\tSpina bifida aperta\n")
-    target = convert_feta(source, 202, name="FeTA3", three_regions=True, conditions=overrides)
+    target = convert_feta(source, DatasetTarget(202, "FeTA3"), three_regions=True, conditions=overrides)
     labels = json.loads((target / "dataset.json").read_text())["labels"]
     assert labels == {"background": 0, "white_matter": 1, "intra_axial_csf": 2, "cerebellum": 3}
     merged = sitk.GetArrayFromImage(sitk.ReadImage(str(target / "labelsTr" / "sub-002.nii.gz")))
@@ -96,7 +98,8 @@ def test_feta_three_regions_merge_and_condition_overrides(tmp_path, raw):
 
 
 def test_feta_output_is_a_consistent_raw_dataset(tmp_path, raw):
-    target = convert_feta(make_feta_tree(tmp_path / "feta"), 203, test_fraction=0.5)
+    target = convert_feta(make_feta_tree(tmp_path / "feta"), DatasetTarget(203, "FeTA"),
+                          HeldOutSplit(test_fraction=0.5))
     table = assert_valid_raw_dataset(target)
     assert set(table["split"]) == {"train", "test"}
 
@@ -156,7 +159,7 @@ def test_feta_bad_input_is_one_clear_error_and_writes_nothing(tmp_path, raw, kin
     root = make_feta_tree(tmp_path / "feta")
     fragment = _break(kind, root)
     with pytest.raises(UserError) as error:
-        convert_feta(root, 204)
+        convert_feta(root, DatasetTarget(204, "FeTA"))
     message = str(error.value)
     assert fragment in message and "\n" not in message
     assert not raw.exists() or not any(raw.iterdir())  # nothing half-written
@@ -165,13 +168,13 @@ def test_feta_bad_input_is_one_clear_error_and_writes_nothing(tmp_path, raw, kin
 def test_feta_unknown_test_case_and_existing_output(tmp_path, raw):
     root = make_feta_tree(tmp_path / "feta")
     with pytest.raises(UserError, match="unknown test cases"):
-        convert_feta(root, 205, test_cases=["sub-999"])
-    convert_feta(root, 205)
+        convert_feta(root, DatasetTarget(205, "FeTA"), HeldOutSplit(["sub-999"]))
+    convert_feta(root, DatasetTarget(205, "FeTA"))
     with pytest.raises(UserError, match="already exists; pass --overwrite"):
-        convert_feta(root, 205)
-    convert_feta(root, 205, overwrite=True, three_regions=True)
+        convert_feta(root, DatasetTarget(205, "FeTA"))
+    convert_feta(root, DatasetTarget(205, "FeTA", overwrite=True), three_regions=True)
     with pytest.raises(UserError, match="dataset ID 205 is already used"):
-        convert_feta(root, 205, name="Other")
+        convert_feta(root, DatasetTarget(205, "Other"))
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -219,7 +222,7 @@ def test_feta_site_column_and_header_variants(tmp_path, raw):
     lines = [lines[0] + "\tSite"] + [line + ("\tUCSF" if "sub-001" in line else "\tn/a")
                                      for line in lines[1:]]
     (root / "participants.tsv").write_text("\ufeff" + "\r\n".join(lines) + "\r\n")  # BOM, CRLF
-    table = pd.read_csv(convert_feta(root, 208) / "subgroups.tsv", sep="\t").set_index("case")
+    table = pd.read_csv(convert_feta(root, DatasetTarget(208, "FeTA")) / "subgroups.tsv", sep="\t").set_index("case")
     assert table["centre"].to_dict() == {"sub-001": "ucsf", "sub-002": "zurich",
                                          "sub-003": "zurich", "sub-004": "vienna"}
 
@@ -231,7 +234,7 @@ def test_feta_label_with_other_origin_takes_the_image_geometry(tmp_path, raw):
     label.SetOrigin((0.0, 0.0, 0.0))
     sitk.WriteImage(label, str(label_path))
     notes: list[str] = []
-    target = convert_feta(root, 209, progress=notes.append)
+    target = convert_feta(root, DatasetTarget(209, "FeTA", progress=notes.append))
     assert any(n.startswith("note: sub-003_rec-mial_dseg.nii.gz: origin") for n in notes)
     written = sitk.ReadImage(str(target / "labelsTr" / "sub-003.nii.gz"))
     assert written.GetOrigin() == pytest.approx((-10.0, 5.0, 2.5))

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 
 from data_raw_checks import assert_valid_raw_dataset
+from nnunet_dro.data.raw_dataset import DatasetTarget
 from nnunet_dro.data.synthetic_brats import generate_brats_cohort, make_brats_dataset
-from nnunet_dro.data.synthetic_common import group_counts, parse_fractions
+from nnunet_dro.data.synthetic_common import CohortSpec, group_counts, parse_fractions
 from nnunet_dro.data.synthetic_fetal import CEREBELLUM, VENTRICLES, generate_fetal_cohort, make_fetal_dataset
 from nnunet_dro.errors import UserError
 
@@ -24,12 +25,12 @@ def _digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("make", [make_fetal_dataset, make_brats_dataset])
-def test_synthetic_same_seed_same_files_other_seed_other_data(tmp_path, monkeypatch, make):
+@pytest.mark.parametrize("make, name", [(make_fetal_dataset, "SyntheticFetal"), (make_brats_dataset, "SyntheticBraTS")])
+def test_synthetic_same_seed_same_files_other_seed_other_data(tmp_path, monkeypatch, make, name):
     digests = []
     for run, seed in enumerate((5, 5, 6)):
         monkeypatch.setenv("nnUNet_raw", str(tmp_path / f"raw{run}"))
-        digests.append(_digest(make(900, n_train=4, n_test=3, size=20, seed=seed)))
+        digests.append(_digest(make(DatasetTarget(900, name), CohortSpec(n_train=4, n_test=3, size=20, seed=seed))))
     assert digests[0] == digests[1]
     images = [k for k in digests[0] if k.startswith("imagesTr")]
     assert all(digests[0][k] != digests[2][k] for k in images)
@@ -47,7 +48,7 @@ def test_synthetic_arrays_are_reproducible_and_finite(generate):
 
 
 def test_fetal_dataset_layout_labels_and_hidden_stratification(raw):
-    target = make_fetal_dataset(910, n_train=20, n_test=9, size=24, seed=0)
+    target = make_fetal_dataset(DatasetTarget(910, "SyntheticFetal"), CohortSpec(n_train=20, n_test=9, size=24, seed=0))
     assert target == raw / "Dataset910_SyntheticFetal"
     table = assert_valid_raw_dataset(target)
     assert list(table.columns) == ["case", "condition", "gestational_age", "centre", "split"]
@@ -99,7 +100,7 @@ def test_fetal_spina_bifida_cerebellum_is_faint():
 
 
 def test_brats_dataset_regions_nesting_and_rare_site(raw):
-    target = make_brats_dataset(911, n_train=20, n_test=9, size=24, seed=0)
+    target = make_brats_dataset(DatasetTarget(911, "SyntheticBraTS"), CohortSpec(n_train=20, n_test=9, size=24, seed=0))
     table = assert_valid_raw_dataset(target)
     assert list(table.columns) == ["case", "centre", "grade", "split"]
     counts = table.groupby(["split", "centre"]).size().to_dict()

@@ -163,9 +163,9 @@ def test_runs_table_rows_against_a_direct_computation():
                              "sb" if i % 3 == 0 else "control"))
     per_case = pd.DataFrame(rows, columns=["method", "case", "region", "metric", "value", "condition"])
     labels = {m: [runs.run_label(m, k) for k in (1, 2, 3)] for m in ("ERM", "DRO")}
-    table = runs.runs_table(per_case, labels, paired=True, regions=["wm"], metrics=["dice"], percentiles=[10],
-                            group_columns=["condition"], group_orders={"condition": ["control", "sb"]},
-                            n_bootstrap=100)
+    scope = runs.RunsTableScope(regions=["wm"], metrics=["dice"], percentiles=[10], group_columns=["condition"],
+                                group_orders={"condition": ["control", "sb"]})
+    table = runs.runs_table(per_case, labels, scope, paired=True, n_bootstrap=100)
     assert list(table.columns) == runs.TABLE_COLUMNS
     # 3 groupings x (2 methods + 1 difference) x 3 statistics
     assert len(table) == 3 * 3 * 3

@@ -116,3 +116,43 @@ def test_it_reads_erm_validation_cases_only(tmp_path):
         check_erm_run(erm_run(tmp_path / "c", 0, 5, cases=(*CONTROLS, "fetal_006")), SUBGROUPS, EPOCHS)
     with pytest.raises(UserError, match="summary.json: missing"):
         check_erm_run(tmp_path / "d" / "nnUNetTrainer_CPUBudget__nnUNetPlans__3d_fullres" / "fold_0", SUBGROUPS, EPOCHS)
+
+
+# --- (i) the plateau of the training fit, and the dose-response reading rule (journal, December 6) ---
+
+def test_plateau_is_the_rise_over_the_last_quarter_below_one_point():
+    from nnunet_dro.lab.calibration import has_plateaued, last_quarter_rise
+
+    curve = {200: 40.0, 400: 60.0, 600: 75.0, 800: 75.99}
+    assert last_quarter_rise(curve, 800) == pytest.approx(0.99) and has_plateaued(curve, 800)
+    assert not has_plateaued({**curve, 800: 76.0}, 800)  # exactly 1 point is not below 1
+    assert not has_plateaued({600: float("nan"), 800: 80.0}, 800)
+    assert has_plateaued({600: 80.0, 800: 70.0}, 800)  # a fall is no rise
+
+
+@pytest.mark.parametrize("curve, match", [({600: 1.0}, "final epoch 800"), ({400: 1.0, 800: 2.0}, "epoch 600")])
+def test_plateau_needs_the_final_and_the_three_quarter_networks(curve, match):
+    from nnunet_dro.lab.calibration import has_plateaued
+
+    with pytest.raises(UserError, match=match):
+        has_plateaued(curve, 800)
+
+
+@pytest.mark.parametrize("g1, g2, reading", [
+    ([10, 10, 10, 10], [5, 5, 5, 5], "holds"),          # exactly half holds
+    ([10, 10, 10, 10], [4.9, 5, 5, 5], "shrinks"),
+    ([10, 10, 10, 10], [0, 0, 0, 0], "vanishes"),       # 0 is no gain
+    ([10, 10, 10, 10], [12, 14, 10, 10], "holds"),      # a larger gain holds
+    ([0, 0, 0, 0], [5, 5, 5, 5], "no gain at 1x"),
+])
+def test_dose_response_reading_rule(g1, g2, reading):
+    from nnunet_dro.lab.calibration import dose_response_reading
+
+    assert dose_response_reading(g1, g2) == reading
+
+
+def test_dose_response_needs_the_same_seeds():
+    from nnunet_dro.lab.calibration import dose_response_reading
+
+    with pytest.raises(UserError, match="same seeds"):
+        dose_response_reading([1, 2, 3], [1, 2])

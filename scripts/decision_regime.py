@@ -7,6 +7,13 @@ seed counts only where ERM learned the majority; seed 33 does not, hence seed 38
     python scripts/decision_regime.py --seeds 30-38                     # every arm, seeds 30..38
     python scripts/decision_regime.py --seeds 30-33 --stop-after 150    # start no run after 150 min
     python scripts/decision_regime.py --seeds 30-38 --report-only       # tables from the record
+
+The converged regime (issue 78: the 2D plane cohort, fold 0, the training fit on kept networks),
+its calibration on seeds 40-43 (never reported) and its decision on fresh seeds:
+
+    python scripts/decision_regime.py --regime converged --epochs 800 --seeds 40-43 \
+        --arms ERM,ERM_repeat,DROAdaptive --record data_docs/benchmark_record/converged2d_calibration_800
+    python scripts/decision_regime.py --regime converged --epochs 800 --seeds 50-65
 """
 from __future__ import annotations
 
@@ -17,9 +24,8 @@ import time
 from pathlib import Path
 
 from nnunet_dro.lab.regime import (
-    ARMS,
     BASELINE,
-    LATER_ARMS,
+    REGIMES,
     Scheduler,
     finished,
     job_list,
@@ -28,7 +34,9 @@ from nnunet_dro.lab.regime import (
     report_command,
 )
 
-RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record" / "decision40_24_200"
+RECORDS = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
+#: each regime's record (the converged regime's is named by its budget)
+RECORD_NAMES = {"decision": "decision40_24_200", "converged": "converged2d_125_{epochs}"}
 
 
 def seeds_from(text: str) -> list[int]:
@@ -41,19 +49,35 @@ def seeds_from(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--regime", choices=sorted(REGIMES), default="decision",
+                        help="decision: the 40-case 3D regime of December 5; converged: issue 78's 2D regime "
+                             "(needs --epochs). Default: decision")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="the converged regime's budget (its calibration's: 800 or 1600 epochs)")
     parser.add_argument("--seeds", required=True, help="30-37 or 30,31,35")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"Default: {','.join(ARMS)}")
-    parser.add_argument("--later-arms", default=",".join(LATER_ARMS),
-                        help=f"arms queued after every seed's --arms. Default: {','.join(LATER_ARMS)}")
-    parser.add_argument("-o", dest="output", default="results/decision40_24_200", help="working folder")
-    parser.add_argument("--record", default=str(RECORD), help=f"Default: {RECORD}")
+    parser.add_argument("--arms", default=None, help="Default: the regime's arms")
+    parser.add_argument("--later-arms", default=None,
+                        help="arms queued after every seed's --arms. Default: the regime's later arms")
+    parser.add_argument("-o", dest="output", default=None, help="working folder. Default: results/<record name>")
+    parser.add_argument("--record", default=None, help=f"Default: {RECORDS}/<the regime's record name>")
     parser.add_argument("--cores", type=int, default=2, help="trainings side by side, one core each. Default: 2")
     parser.add_argument("--stop-after", type=float, default=None, metavar="MIN",
                         help="start no run after MIN minutes (a batch ends inside its session)")
     parser.add_argument("--report-only", action="store_true", help="re-make the record's tables, train nothing")
     args = parser.parse_args(argv)
-    seeds, arms = seeds_from(args.seeds), [a for a in args.arms.split(",") if a]
-    later = [a for a in args.later_arms.split(",") if a]
+    settings, regime_arms, regime_later = REGIMES[args.regime]
+    if args.regime == "converged":
+        if args.epochs is None:
+            parser.error("--regime converged: give --epochs (the calibration's budget: 800 or 1600)")
+        settings = {**settings, "--epochs": args.epochs}
+    elif args.epochs is not None:
+        parser.error("--epochs: the decision regime's budget is fixed (200 epochs)")
+    name = RECORD_NAMES[args.regime].format(epochs=args.epochs)
+    seeds = seeds_from(args.seeds)
+    arms = [a for a in (args.arms or ",".join(regime_arms)).split(",") if a]
+    later = [a for a in (args.later_arms if args.later_arms is not None else ",".join(regime_later)).split(",") if a]
+    args.record = args.record or str(RECORDS / name)
+    args.output = args.output or f"results/{name}"
     if BASELINE not in arms:
         parser.error(f"--arms {args.arms}: the regime pairs every arm with {BASELINE}")
     record = Path(args.record).resolve()
@@ -61,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         output = Path(args.output).resolve()
         jobs = job_list(seeds, arms, later)
         deadline = time.monotonic() + 60 * args.stop_after if args.stop_after else float("inf")
-        scheduler = Scheduler(jobs, lambda job: finished(output, job), pinned_runner(output, record),
+        scheduler = Scheduler(jobs, lambda job: finished(output, job), pinned_runner(output, record, regime=settings),
                               cores=args.cores, deadline=deadline)
         scheduler.run()
         for label, jobs_ in (("failed", scheduler.failed), ("not started", scheduler.skipped)):
@@ -76,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if not done:
         print(f"no recorded seed in {record}")
         return 1
-    return subprocess.run(report_command(done, report_arms(record, arms + later), record)).returncode
+    return subprocess.run(report_command(done, report_arms(record, arms + later), record, settings)).returncode
 
 
 if __name__ == "__main__":

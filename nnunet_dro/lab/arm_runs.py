@@ -23,9 +23,15 @@ import pandas as pd
 from nnunet_dro.atomic import write_text_atomic
 from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME, read_subgroups
 from nnunet_dro.errors import UserError
-from nnunet_dro.lab.budget import BUDGET_TRAINERS, SEED_ENV, arm_name
+from nnunet_dro.lab.budget import (
+    BUDGET_TRAINERS,
+    FINAL_VALIDATION_ENV,
+    KEEP_CHECKPOINTS_ENV,
+    SEED_ENV,
+    arm_name,
+    checkpoint_name,
+)
 from nnunet_dro.lab.cohort_folder import (
-    CONFIGURATION,
     FURTHER_TESTS,
     GROUP_COLUMN,
     PLANS,
@@ -38,7 +44,6 @@ from nnunet_dro.training.short_run import SHORT_RUN_ENV, short_run_value
 from nnunet_dro.workflows.ensemble import PredictionSettings, predict
 from nnunet_dro.workflows.nnunet_commands import run_nnunet
 
-FOLD = "all"
 REGIONS = "feta"
 #: where :meth:`ArmRuns.score_further` keeps each further scoring of an arm's network
 FURTHER_RESULTS = {"large_test": "per_case_large_test.csv", "shifted_test": "per_case_shifted_test.csv",
@@ -87,18 +92,25 @@ def arm_run(arm: str, summary: Mapping | None = None) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Budget:
-    """Overrides of the CPU budget (None: the trainer's defaults, 120 epochs x 25 iterations)."""
+    """Overrides of the CPU budget (None: the trainer's defaults, 120 epochs x 25 iterations), and
+    the percentages of the epochs after which a copy of the network is kept (the training fit's
+    curve, :meth:`ArmRuns.score_training_curve`)."""
     epochs: int | None = None
     iterations_per_epoch: int | None = None
+    keep_checkpoints: tuple[float, ...] = ()
 
     def env(self) -> dict[str, str]:
-        """``nnUNet_dro_short_run`` for the overrides (none: the budget as it is).
+        """``nnUNet_dro_short_run`` for the overrides (none: the budget as it is), and
+        ``nnUNet_dro_keep_checkpoints``.
 
         >>> Budget().env(), Budget(1, 2).env(), Budget(iterations_per_epoch=4).env()
         ({}, {'nnUNet_dro_short_run': '1x2'}, {'nnUNet_dro_short_run': 'x4'})
+        >>> Budget(800, keep_checkpoints=(50, 75)).env()[KEEP_CHECKPOINTS_ENV]
+        '50,75'
         """
         value = short_run_value(self.epochs or None, self.iterations_per_epoch or None)
-        return {SHORT_RUN_ENV: value} if value else {}
+        kept = {KEEP_CHECKPOINTS_ENV: ",".join(f"{p:g}" for p in self.keep_checkpoints)} if self.keep_checkpoints else {}
+        return ({SHORT_RUN_ENV: value} if value else {}) | kept
 
 
 class ArmRuns:
@@ -112,7 +124,8 @@ class ArmRuns:
 
     def fold_folder(self, trainer: str, plans: str = PLANS) -> Path:
         results = Path(self.cohort_folder.env["nnUNet_results"]) / self.cohort_folder.raw.name
-        return results / f"{trainer}__{plans}__{CONFIGURATION}" / f"fold_{FOLD}"
+        cohort = self.cohort_folder.cohort
+        return results / f"{trainer}__{plans}__{cohort.configuration}" / f"fold_{cohort.fold}"
 
     def plans_for(self, arm: str) -> str:
         """The plans identifier the arm trains under (:data:`ARM_PLANS`); for a repeat, its copy of
@@ -159,10 +172,13 @@ class ArmRuns:
             extra = {CASE_WEIGHTS_ENV: str(self.jtt_table(device))} if arm == JTT_ARM else {}
             resume = ["--c"] if (fold_dir / "checkpoint_latest.pth").is_file() else []
             cohort = self.cohort_folder
-            cohort.echo(f"  {arm}: nnUNetv2_train {cohort.dataset_id} {CONFIGURATION} {FOLD} -tr {trainer}"
+            configuration, fold = cohort.cohort.configuration, cohort.cohort.fold
+            cohort.echo(f"  {arm}: nnUNetv2_train {cohort.dataset_id} {configuration} {fold} -tr {trainer}"
                         + (f" -p {plans}" if plans != PLANS else "") + (" --c (resuming)" if resume else ""))
-            env = {**cohort.env, SEED_ENV: str(seed), **budget.env(), **extra}
-            run_nnunet("nnUNetv2_train", [str(cohort.dataset_id), CONFIGURATION, FOLD, "-tr", trainer, "-p", plans,
+            # fold 0 keeps nnU-Net's final validation: the converged regime's calibration reads it
+            validation = {FINAL_VALIDATION_ENV: "1"} if cohort.cohort.validation_fold else {}
+            env = {**cohort.env, SEED_ENV: str(seed), **budget.env(), **validation, **extra}
+            run_nnunet("nnUNetv2_train", [str(cohort.dataset_id), configuration, fold, "-tr", trainer, "-p", plans,
                                           "-device", device, *resume], env, echo=show, log_file=cohort.log_file)
             self.arm_folder(arm).mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.arm_folder(arm) / "train_seconds.txt", f"{time.perf_counter() - tic:.1f}\n")
@@ -181,6 +197,9 @@ class ArmRuns:
             raise UserError(f"{self.cohort_folder.folder}: the {JTT_ARM} arm needs the finished {BASELINE_ARM} arm "
                             f"(its first training); list {BASELINE_ARM} before it")
         fit = self.score_further(BASELINE_ARM, ARM_TRAINERS[BASELINE_ARM], "training", device=device)
+        trained = self.cohort_folder.fold_training_cases()
+        if trained is not None:  # fold 0: the error set among the cases the network trained on
+            fit = fit[fit["case"].isin(trained)]
         rule, fraction, upweight = JTT_SETTINGS["rule"], JTT_SETTINGS["fraction"], JTT_SETTINGS["upweight"]
         table, errors = jtt_table(fit, fraction, rule, upweight)
         self.arm_folder(JTT_ARM).mkdir(parents=True, exist_ok=True)
@@ -191,14 +210,16 @@ class ArmRuns:
         return table_path
 
     def _predict_and_score(self, arm: str, trainer: str, images: Path, labels: Path, groups: Path,
-                           predictions: Path, device: str) -> pd.DataFrame:
-        """``nnUNetv2_predict`` of ``images`` with the arm's final checkpoint, then the Dice of every
+                           predictions: Path, device: str, checkpoint: str = "checkpoint_final.pth") -> pd.DataFrame:
+        """``nnUNetv2_predict`` of ``images`` with the arm's ``checkpoint``, then the Dice of every
         case and region against ``labels`` (``nnunet_dro evaluate`` by condition)."""
         cohort = self.cohort_folder
         cases = len(list(labels.glob("*.nii.gz")))
-        cohort.echo(f"  {arm}: nnUNetv2_predict of {cases} cases of {images.parent.name}/{images.name} (--disable_tta)")
-        settings = PredictionSettings(configuration=CONFIGURATION, plans=ARM_PLANS.get(arm, PLANS), folds=(FOLD,),
-                                      device=device, tta=False, npp=1, nps=1)
+        cohort.echo(f"  {arm}: nnUNetv2_predict of {cases} cases of {images.parent.name}/{images.name} (--disable_tta"
+                    + (f", {checkpoint}" if checkpoint != "checkpoint_final.pth" else "") + ")")
+        settings = PredictionSettings(configuration=cohort.cohort.configuration, plans=ARM_PLANS.get(arm, PLANS),
+                                      folds=(cohort.cohort.fold,), checkpoint=checkpoint, device=device, tta=False,
+                                      npp=1, nps=1)
         predict(cohort.env, cohort.dataset_id, str(images), predictions, trainer, settings, echo=None,
                 log_file=cohort.log_file)
         from nnunet_dro.evaluation.api import evaluate
@@ -264,6 +285,44 @@ class ArmRuns:
         write_text_atomic(stored, per_case.to_csv(index=False))
         return per_case
 
+    def score_training_curve(self, arm: str, trainer: str, device: str = "cpu") -> pd.DataFrame:
+        """The arm's network kept part-way (``checkpoint_epoch_<E>.pth``, :class:`Budget`'s
+        ``keep_checkpoints``) and its final network, each scored on its own training cases (fold 0:
+        those of the fold); rows of :meth:`score_further`'s table with a column ``epoch``, stored per
+        network as ``arms/<ARM>/per_case_training_epoch_<E>.csv`` (the final one is
+        ``per_case_training.csv``). The curve of one training replaces trainings of several lengths:
+        where ERM's fit of its rare training cases still rises at the end, the budget is truncated."""
+        fold_dir = self.fold_folder(trainer, ARM_PLANS.get(arm, PLANS))
+        final = self.score_further(arm, trainer, "training", device=device)
+        epochs = int(torch_epoch(fold_dir / "checkpoint_final.pth"))
+        tables = [final.assign(epoch=epochs)]
+        for epoch in sorted(int(p.stem.rsplit("_", 1)[1]) for p in fold_dir.glob("checkpoint_epoch_*.pth")):
+            stored = self.arm_folder(arm) / f"per_case_training_epoch_{epoch}.csv"
+            if not stored.is_file():
+                raw = self.cohort_folder.raw
+                per_case = self._predict_and_score(arm, trainer, raw / "imagesTr", raw / "labelsTr",
+                                                   self.cohort_folder.folder / "subgroups_training.tsv",
+                                                   self.arm_folder(arm) / f"predictions_training_epoch_{epoch}", device,
+                                                   checkpoint=checkpoint_name(epoch))
+                write_text_atomic(stored, per_case.to_csv(index=False))
+            tables.append(pd.read_csv(stored, dtype={"case": str}).assign(epoch=epoch))
+        curve = pd.concat(tables, ignore_index=True)
+        trained = self.cohort_folder.fold_training_cases()
+        return curve if trained is None else curve[curve["case"].isin(trained)].reset_index(drop=True)
+
+    def load_training_curve(self, arm: str) -> pd.DataFrame | None:
+        """The stored scorings of :meth:`score_training_curve` (every kept network's and the final
+        one's, column ``epoch``), or None where no kept network was scored."""
+        folder = self.arm_folder(arm)
+        kept = sorted(folder.glob("per_case_training_epoch_*.csv"))
+        final_file, result_file = folder / FURTHER_RESULTS["training"], folder / "result.json"
+        if not kept or not final_file.is_file() or not result_file.is_file():
+            return None
+        summary = json.loads(result_file.read_text())
+        tables = [pd.read_csv(path, dtype={"case": str}).assign(epoch=int(path.stem.rsplit("_", 1)[1])) for path in kept]
+        tables.append(pd.read_csv(final_file, dtype={"case": str}).assign(epoch=int(summary["epochs"])))
+        return pd.concat(tables, ignore_index=True)
+
     def load_further(self, arm: str, cases: str) -> pd.DataFrame | None:
         """The stored result of :meth:`score_further`, or None."""
         stored = self.arm_folder(arm) / FURTHER_RESULTS[cases]
@@ -294,3 +353,9 @@ def progress_filter(echo: Callable[[str], None]) -> Callable[[str], None]:
             echo("    " + line.strip())
     return show
 
+
+def torch_epoch(checkpoint: Path) -> int:
+    """The epochs a checkpoint's network was trained for (nnU-Net's ``current_epoch``)."""
+    import torch
+
+    return int(torch.load(str(checkpoint), map_location="cpu", weights_only=False)["current_epoch"])

@@ -85,6 +85,7 @@ from nnunet_dro.lab.benchmark_analysis import (
     targets_check,
     terminal_report,
     training_fit,
+    training_fit_curve,
     training_fit_section,
 )
 from nnunet_dro.lab.cohort_folder import AUDIT_EXCLUDED_RECORD, PLANS, Cohort
@@ -116,7 +117,8 @@ def record_files(ws: Workspace, arm: str, trainer: str, plans: str = PLANS) -> l
              arm_folder / "per_case.csv", ws.draws.hardness_report_file(trainer, plans),
              arm_folder / CASE_WEIGHTS_FILENAME,
              *(folder / f"{cases}.json" for cases in FURTHER_TEST_IDS),
-             *(arm_folder / name for name in FURTHER_RESULTS.values())]
+             *(arm_folder / name for name in FURTHER_RESULTS.values()),
+             *sorted(arm_folder.glob("per_case_training_epoch_*.csv"))]
     return [f for f in files if f.is_file()]
 
 
@@ -189,6 +191,19 @@ def build_parser() -> argparse.ArgumentParser:
                              "draws a minority more often lifts its training Dice and the test follows, it was "
                              "under-fitted for being rare; where the training Dice barely moves, more draws do not "
                              "help it")
+    parser.add_argument("--plane", type=float, default=None, metavar="X",
+                        help="train the 2D cohort instead: each case of the same generator cut at the parasagittal "
+                             "plane x = X in (-1, 1) (0.11 in the converged regime), --size pixels per side, nnU-Net's "
+                             "2d configuration (nnunet_dro.lab.cohort2d). Default: 3D volumes, 3d_fullres")
+    parser.add_argument("--validation-fold", action="store_true",
+                        help="train fold 0 of a split stratified by condition (splits_final.json) and keep nnU-Net's "
+                             "final validation on its held-out fifth, instead of fold 'all' (the converged regime's "
+                             "calibration reads ERM's validation). Default: off")
+    parser.add_argument("--keep-checkpoints", default="", metavar="P[,P]",
+                        help="also keep each arm's network after these percentages of its epochs "
+                             "(checkpoint_epoch_<E>.pth); with --training-fit each is scored on the training cases "
+                             "(training_fit_curve.csv: where ERM's fit of its rare cases still rises at the end, the "
+                             "budget is truncated). Default: none")
     parser.add_argument("--torch-threads", type=int, default=None, metavar="N",
                         help="torch's threads in each training (default: nnU-Net's choice on CPU, every core). Two "
                              "benchmarks side by side on 2 cores, each started under 'taskset -c <core>' with "
@@ -244,7 +259,16 @@ def run(args: argparse.Namespace) -> int:
                              ("--torch-threads", args.torch_threads, 1)):
         if value is not None and value < low:
             raise UserError(f"{flag} {value}: must be at least {low}")
-    budget = Budget(args.epochs, args.iterations)
+    try:
+        keep = tuple(float(p) for p in args.keep_checkpoints.split(",") if p.strip())
+    except ValueError:
+        raise UserError(f"--keep-checkpoints {args.keep_checkpoints!r}: expected percentages, e.g. 50,75") from None
+    if any(not 0 < p < 100 for p in keep):
+        raise UserError(f"--keep-checkpoints {args.keep_checkpoints!r}: each percentage must lie strictly between 0 "
+                        f"and 100 (the final network is kept anyway)")
+    if args.plane is not None and not -1 < args.plane < 1:
+        raise UserError(f"--plane {args.plane}: must lie strictly between -1 and 1")
+    budget = Budget(args.epochs, args.iterations, keep)
     out = Path(args.output).resolve()
     runs_folder = out / "runs"
     record = None if args.export_record is None else Path(args.export_record).resolve()
@@ -256,10 +280,11 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     say = lambda text: print(text, flush=True)  # noqa: E731
     further_sizes = {"large_test": args.large_test, "shifted_test": args.shifted_test}
-    tables, training_tables, run_rows = [], [], []
+    tables, training_tables, curve_tables, run_rows = [], [], [], []
     further_tables: dict[str, list[pd.DataFrame]] = {cases: [] for cases in FURTHER_TEST_IDS}
     for seed in seeds:
-        cohort = Cohort(args.n_train, args.n_test, args.size, seed, args.label_noise, args.exclude_flagged)
+        cohort = Cohort(args.n_train, args.n_test, args.size, seed, args.label_noise, args.exclude_flagged,
+                        args.plane, args.validation_fold)
         folder = runs_folder / f"seed_{seed}"
         if args.report_only and not folder.is_dir():
             continue
@@ -286,7 +311,8 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 arm_runs.run_arm(arm, ARM_TRAINERS[arm], seed, budget, args.device, show=progress_filter(say))
             summary, per_case = arm_runs.load(arm)
-            if summary.get("budget") != {"epochs": budget.epochs, "iterations_per_epoch": budget.iterations_per_epoch}:
+            stored_budget = {k: v for k, v in (summary.get("budget") or {}).items() if k != "keep_checkpoints"}
+            if stored_budget != {"epochs": budget.epochs, "iterations_per_epoch": budget.iterations_per_epoch}:
                 raise UserError(f"{arm_runs.arm_folder(arm)}: stored with budget {summary.get('budget')}, not "
                                 f"{budget}; use another -o or --overwrite")
             # computed now, not stored: stored results predate it, and the runs' folders hold the counts
@@ -304,10 +330,19 @@ def run(args: argparse.Namespace) -> int:
                     arm_runs.score_further(arm, trainer, cases, FURTHER_TEST_IDS[cases], args.device)
             if args.training_fit and not args.report_only:
                 arm_runs.score_further(arm, trainer, "training", device=args.device)
+                if keep:
+                    arm_runs.score_training_curve(arm, trainer, device=args.device)
+            trained = cohort_folder.fold_training_cases() if cohort.validation_fold else None
             for cases, kept in (*further_tables.items(), ("training", training_tables)):
                 scored = arm_runs.load_further(arm, cases)
                 if scored is not None:
+                    if cases == "training" and trained is not None:  # fold 0: the cases it trained on
+                        scored = scored[scored["case"].isin(trained)]
                     kept.append(scored.assign(seed=seed, method=arm))
+            curve = arm_runs.load_training_curve(arm)
+            if curve is not None:
+                curve_tables.append((curve if trained is None else curve[curve["case"].isin(trained)])
+                                    .assign(seed=seed, method=arm))
             if record is not None:
                 export_record(ws, arm, trainer, record, plans)
             per_case = per_case.assign(seed=seed, method=arm)
@@ -327,7 +362,8 @@ def run(args: argparse.Namespace) -> int:
     targets = targets_check(by_seed, paired, runs, hardest)
     settings = {"seeds": sorted(set(runs["seed"])), "arms": [a for a in arms if a in set(runs["arm"])],
                 "cohort": {"n_train": args.n_train, "n_test": args.n_test, "size": args.size,
-                           "label_noise": args.label_noise, "exclude_flagged": args.exclude_flagged},
+                           "label_noise": args.label_noise, "exclude_flagged": args.exclude_flagged,
+                           "plane": args.plane, "validation_fold": args.validation_fold},
                 "budget": ("CPU budget defaults: 120 epochs x 25 iterations" if budget == Budget()
                            else f"overridden: {budget}"),
                 "device": args.device, "seconds": round(time.perf_counter() - started, 1), "runs": str(runs_folder)}
@@ -360,13 +396,16 @@ def run(args: argparse.Namespace) -> int:
         fit = training_fit(pd.concat(training_tables, ignore_index=True), per_case, hardest)
         write_text_atomic(out / "training_fit.csv", fit.to_csv(index=False))
         sections += training_fit_section(fit)
+    if curve_tables:
+        write_text_atomic(out / "training_fit_curve.csv",
+                          training_fit_curve(pd.concat(curve_tables, ignore_index=True)).to_csv(index=False))
     write_text_atomic(out / "summary.md", markdown_report(summary, paired, runs, settings, hardest, targets, sections))
     plot_tradeoff(out / "robustness_tradeoff.png", by_seed, hardest, settings["arms"])
     say("")
     say(terminal_report(summary, paired, targets))
     say(f"\nWritten: {out / 'summary.md'}, summary.csv, paired.csv, p10_intervals.csv, runs.csv, robustness_tradeoff.png"
         + "".join(f", {FURTHER_RESULTS[cases]}, p10_intervals_{cases}.csv" for cases in further)
-        + (", training_fit.csv" if training_tables else ""))
+        + (", training_fit.csv" if training_tables else "") + (", training_fit_curve.csv" if curve_tables else ""))
     return 0
 
 

@@ -434,6 +434,25 @@ def training_fit(training: pd.DataFrame, test: pd.DataFrame, hardest: dict[str, 
                                        "training_p10", "test_mean", "test_p10"])
 
 
+def training_fit_curve(curve: pd.DataFrame) -> pd.DataFrame:
+    """Per arm, seed, epoch of a kept network, group and region: the Dice mean and p10 over the
+    network's own training cases (:meth:`~nnunet_dro.lab.arm_runs.ArmRuns.score_training_curve`).
+
+    >>> rows = [{"method": "ERM", "seed": 1, "epoch": e, "case": c, GROUP_COLUMN: "other", "region": "csf",
+    ...          "value": v} for e, c, v in ((400, "a", 70.0), (400, "b", 80.0), (800, "a", 90.0), (800, "b", 90.0))]
+    >>> training_fit_curve(pd.DataFrame(rows))[["epoch", "mean"]].values.tolist()
+    [[400.0, 75.0], [800.0, 90.0]]
+    """
+    rows = []
+    keys = ["method", "seed", "epoch", GROUP_COLUMN, "region"]
+    for (arm, seed, epoch, group, region), part in curve.groupby(keys, sort=True):
+        values = part["value"].to_numpy(float)
+        stats = _statistics(values)
+        rows.append({"method": arm, "seed": int(seed), "epoch": int(epoch), "group": group, "region": region,
+                     "n": int(np.isfinite(values).sum()), "mean": stats["mean"], "p10": stats["p10"]})
+    return pd.DataFrame(rows, columns=["method", "seed", "epoch", "group", "region", "n", "mean", "p10"])
+
+
 def training_fit_section(fit: pd.DataFrame) -> list[str]:
     """The markdown section of :func:`training_fit`; empty without rows."""
     if fit.empty:

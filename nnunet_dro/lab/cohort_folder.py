@@ -27,9 +27,9 @@ from nnunet_dro.lab.budget import THREADS_ENV
 from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
 from nnunet_dro.lab.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.lab.label_noise import corrupt_training_labels
+from nnunet_dro.lab.splits import SPLITS_FILENAME, stratified_folds, write_splits
 from nnunet_dro.workflows.nnunet_commands import nnunet_environment, run_nnunet
 
-CONFIGURATION = "3d_fullres"
 #: the plans identifier ``nnUNetv2_plan_and_preprocess`` writes, and every arm trains under but
 #: those of :data:`~nnunet_dro.lab.arm_runs.ARM_PLANS`
 PLANS = "nnUNetPlans"
@@ -67,6 +67,26 @@ class Cohort:
     #: train without the cases ``audit-labels`` flags (within condition, its defaults), after the
     #: label noise: what a user who drops every flagged case would train on (:meth:`CohortFolder.prepare`)
     exclude_flagged: bool = False
+    #: None: 3D volumes (``3d_fullres``); a number: the 2D cohort of one parasagittal plane at that
+    #: x (:mod:`nnunet_dro.lab.cohort2d`, nnU-Net's ``2d``), ``size`` its pixels per side
+    plane: float | None = None
+    #: train fold 0 of a split stratified by condition (nnU-Net's validation on its held-out fifth,
+    #: kept), not fold ``all`` (every training case trained on, no validation)
+    validation_fold: bool = False
+
+    @property
+    def configuration(self) -> str:
+        """nnU-Net's configuration the arms train and predict with."""
+        return "3d_fullres" if self.plane is None else "2d"
+
+    @property
+    def fold(self) -> str:
+        """The fold the arms train (``0`` or ``all``).
+
+        >>> Cohort().fold, Cohort(validation_fold=True).fold, Cohort(plane=0.11).configuration
+        ('all', '0', '2d')
+        """
+        return "0" if self.validation_fold else "all"
 
 
 class CohortFolder:
@@ -94,7 +114,8 @@ class CohortFolder:
         wanted = asdict(self.cohort)
         if path.is_file():
             # a cohort.json without these keys was made with their defaults
-            found = {"label_noise": 0, "exclude_flagged": False, **json.loads(path.read_text())}
+            found = {"label_noise": 0, "exclude_flagged": False, "plane": None, "validation_fold": False,
+                     **json.loads(path.read_text())}
             if found != wanted:
                 raise UserError(f"{path}: this folder was made with cohort {found}, not {wanted}; use the same "
                                 f"cohort settings, another output folder, or --overwrite")
@@ -106,10 +127,11 @@ class CohortFolder:
         c = self.cohort
         generated = not (self.raw / "dataset.json").is_file()
         if generated:
-            self.echo(f"  cohort: {c.n_train} train + {c.n_test} test cases of {c.size}^3, seed {c.seed}")
-            run_python_cli(["make-synthetic", "--kind", "fetal", "--id", str(self.dataset_id), "-n",
-                            self.raw.name.split("_", 1)[1], "--n-train", str(c.n_train), "--n-test", str(c.n_test),
-                            "--size", str(c.size), "--seed", str(c.seed), "--overwrite"], self.env, self.log_file)
+            shape = f"{c.size}^3" if c.plane is None else f"{c.size}^2 (planes at x = {c.plane:g})"
+            self.echo(f"  cohort: {c.n_train} train + {c.n_test} test cases of {shape}, seed {c.seed}")
+            self._make_synthetic(["--id", str(self.dataset_id), "-n", self.raw.name.split("_", 1)[1],
+                                  "--n-train", str(c.n_train), "--n-test", str(c.n_test), "--size", str(c.size),
+                                  "--seed", str(c.seed), "--overwrite"])
         subgroups = read_subgroups(self.raw / SUBGROUPS_FILENAME)
         record = self.folder / LABEL_NOISE_RECORD
         # Labels just generated are clean even where a noise record exists: a seed folder restored
@@ -138,10 +160,28 @@ class CohortFolder:
             # nnU-Net's planner calls torch.set_num_threads(nnUNet_n_proc_DA), which fails for 0
             env = {**self.env, "nnUNet_n_proc_DA": str(max(1, int(self.env["nnUNet_n_proc_DA"])))}
             run_nnunet("nnUNetv2_plan_and_preprocess",
-                       ["-d", str(self.dataset_id), "-c", CONFIGURATION, "-np", "2", "--verify_dataset_integrity"],
+                       ["-d", str(self.dataset_id), "-c", c.configuration, "-np", "2", "--verify_dataset_integrity"],
                        env, echo=None, log_file=self.log_file)
+        if c.validation_fold:
+            train = subgroups[subgroups["split"] == "train"]
+            write_splits(self.preprocessed, stratified_folds(dict(zip(train["case"], train[GROUP_COLUMN])), seed=c.seed))
         write_split_table(subgroups, "test", self.folder / "subgroups_test.tsv")
         return subgroups
+
+    def _make_synthetic(self, args: Sequence[str]) -> None:
+        """``make-synthetic --kind fetal`` with ``args``, or the plane cohort's command for a 2D cohort
+        (the same options and the same cases, cut at the plane)."""
+        if self.cohort.plane is None:
+            run_python_cli(["make-synthetic", "--kind", "fetal", *args], self.env, self.log_file)
+        else:
+            run_python_cli([*args, "--plane", str(self.cohort.plane)], self.env, self.log_file,
+                           module="nnunet_dro.lab.cohort2d")
+
+    def fold_training_cases(self) -> list[str] | None:
+        """The cases fold 0 trains on (``splits_final.json``), or None for fold ``all`` (every one)."""
+        if not self.cohort.validation_fold:
+            return None
+        return list(json.loads((self.preprocessed / SPLITS_FILENAME).read_text())[0]["train"])
 
     def _exclude_flagged(self, subgroups: pd.DataFrame) -> pd.DataFrame:
         """Audit the training labels within condition (``audit-labels``' defaults) and take every
@@ -173,7 +213,7 @@ class CohortFolder:
 
     def is_preprocessed(self) -> bool:
         """Planned and every training case preprocessed (an interrupted run can leave plans only)."""
-        cases = self.preprocessed / f"nnUNetPlans_{CONFIGURATION}"
+        cases = self.preprocessed / f"nnUNetPlans_{self.cohort.configuration}"
         return ((self.preprocessed / "nnUNetPlans.json").is_file() and cases.is_dir()
                 and len(list(cases.glob("*.pkl"))) == self._raw_training_count())
 
@@ -217,7 +257,8 @@ class CohortFolder:
         c = self.cohort
         _, site = FURTHER_TESTS[cases]
         wanted = {"per_group": per_group, "seed": c.seed + LARGE_TEST_SEED_OFFSET, "size": c.size,
-                  "dataset_id": dataset_id, **({"site": site} if site else {})}
+                  "dataset_id": dataset_id, **({"site": site} if site else {}),
+                  **({"plane": c.plane} if c.plane is not None else {})}
         record = self.folder / f"{cases}.json"
         if record.is_file() and json.loads(record.read_text()) != wanted:
             raise UserError(f"{record}: this folder's {FURTHER_TEST_NAMES[cases]} was drawn as "
@@ -227,10 +268,9 @@ class CohortFolder:
         if not (raw / "dataset.json").is_file():
             self.echo(f"  {FURTHER_TEST_NAMES[cases]}: {per_group} cases per condition, seed {wanted['seed']}"
                       + (f", acquired at {site}" if site else ""))
-            run_python_cli(["make-synthetic", "--kind", "fetal", "--id", str(dataset_id), "-n", raw.name.split("_", 1)[1],
-                            "--n-train", "1", "--n-test", str(per_group * 3), "--size", str(c.size),
-                            "--seed", str(wanted["seed"]), "--overwrite", *(["--site", site] if site else [])],
-                           self.env, self.log_file)
+            self._make_synthetic(["--id", str(dataset_id), "-n", raw.name.split("_", 1)[1], "--n-train", "1",
+                                  "--n-test", str(per_group * 3), "--size", str(c.size), "--seed", str(wanted["seed"]),
+                                  "--overwrite", *(["--site", site] if site else [])])
         write_split_table(read_subgroups(raw / SUBGROUPS_FILENAME), "test", self.folder / f"subgroups_{cases}.tsv")
         write_text_atomic(record, json.dumps(wanted, indent=2))
         return raw
@@ -243,11 +283,11 @@ def write_split_table(subgroups: pd.DataFrame, split: str, path: Path) -> None:
         write_text_atomic(path, subgroups[subgroups["split"] == split].to_csv(sep="\t", index=False))
 
 
-def run_python_cli(args: Sequence[str], env: Mapping[str, str], log_file: str) -> None:
-    """Our own CLI in a subprocess, with the workspace's nnU-Net environment."""
-    done = subprocess.run([sys.executable, "-m", "nnunet_dro", *args], env=dict(env), capture_output=True, text=True)
+def run_python_cli(args: Sequence[str], env: Mapping[str, str], log_file: str, module: str = "nnunet_dro") -> None:
+    """Our own CLI (or the lab's ``module``) in a subprocess, with the workspace's nnU-Net environment."""
+    done = subprocess.run([sys.executable, "-m", module, *args], env=dict(env), capture_output=True, text=True)
     with open(log_file, "a", encoding="utf-8") as log:
         log.write(done.stdout + done.stderr)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise UserError(f"nnunet_dro {args[0]} failed: {last}")
+        raise UserError(f"{'nnunet_dro ' + args[0] if module == 'nnunet_dro' else module} failed: {last}")

@@ -36,6 +36,21 @@ ARMS = ("ERM", "ERM_repeat", "DROAdaptive", "DROAdaptive_fromStart", "JTT", "Dic
 #: deadline has whole seeds of those
 LATER_ARMS = ("DROLS", "DROLS_DRO", "DROLS_ceAscent")
 BASELINE = "ERM"
+#: the converged regime (issue 78; the journal's pre-registration of December 6, 2026, and its
+#: amendment "the converged regime's cohort is 2D"): 125 training-pool cases cut at the plane x =
+#: 0.11, 64^2, fold 0 of a split stratified by condition (nnU-Net's validation kept), a network kept
+#: every 12.5 % of the epochs and each scored on the training cases; the epochs are the
+#: calibration's (``--epochs``: 800 or 1600)
+CONVERGED = {"--n-train": 125, "--n-test": 30, "--size": 64, "--plane": 0.11, "--validation-fold": None,
+             "--keep-checkpoints": "12.5,25,37.5,50,62.5,75,87.5", "--training-fit": None,
+             "--large-test": 100, "--shifted-test": 100}
+#: its arms (ERM twice: the noise floor; Holm's family: the four single-training arms and JTT)
+CONVERGED_ARMS = ("ERM", "ERM_repeat", "DROAdaptive", "DROAdaptive_f25_ermPhase", "JTT", "DROAdaptive_errorSet",
+                  "DROAdaptive_errorSet_refresh70")
+#: the calibration's arms on seeds 40-43 (never reported): ERM twice and the default
+CALIBRATION_ARMS = ("ERM", "ERM_repeat", "DROAdaptive")
+#: the regimes by name (``scripts/decision_regime.py --regime``): settings, arms, later arms
+REGIMES = {"decision": (REGIME, ARMS, LATER_ARMS), "converged": (CONVERGED, CONVERGED_ARMS, ())}
 BENCHMARK = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_robustness.py"
 
 
@@ -60,12 +75,12 @@ def job_list(seeds: Sequence[int], arms: Sequence[str], later_arms: Sequence[str
 
 
 def regime_flags(regime: dict = REGIME) -> list[str]:
-    """The regime as the benchmark's flags.
+    """The regime as the benchmark's flags (a value of None: a flag without a value).
 
-    >>> regime_flags({"--size": 24, "--epochs": 200})
-    ['--size', '24', '--epochs', '200']
+    >>> regime_flags({"--size": 24, "--epochs": 200, "--validation-fold": None})
+    ['--size', '24', '--epochs', '200', '--validation-fold']
     """
-    return [text for flag, value in regime.items() for text in (flag, str(value))]
+    return [text for flag, value in regime.items() for text in ((flag,) if value is None else (flag, str(value)))]
 
 
 def benchmark_command(job: Job, output: Path, record: Path | None, regime: dict = REGIME,

@@ -158,3 +158,48 @@ def test_the_plane_cohort_command_writes_the_generators_cases_cut_at_the_plane(t
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--plane 1.0" in bad.stderr
     assert not (tmp_path / "Dataset979_SyntheticFetalPlanes").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_the_converged_regimes_benchmark_run_end_to_end(tmp_path, monkeypatch):
+    """The benchmark on the 2D cohort with fold 0 of a stratified split, networks kept at 50 %, the
+    training fit scored on every kept network: ERM and Just Train Twice, one seed, a tiny budget."""
+    import contextlib
+    import io
+
+    import pandas as pd
+
+    from nnunet_dro.lab import arm_runs, benchmark
+    from nnunet_dro.lab.calibration import check_erm_run
+
+    out, record = tmp_path / "bench", tmp_path / "record"
+    monkeypatch.setitem(arm_runs.JTT_SETTINGS, "rule", "mean-dice")  # 4 epochs of 2 iterations: worst-dice ties
+    monkeypatch.setenv("nnUNet_n_proc_DA", "0")
+    args = ["--seeds", "1,", "--epochs", "4", "--iterations", "2", "--n-train", "63", "--n-test", "6", "--size", "24",
+            "--plane", "0.11", "--validation-fold", "--keep-checkpoints", "50", "--training-fit", "--large-test", "3",
+            "--torch-threads", "1", "--arms", "ERM,JTT", "-o", str(out), "--export-record", str(record)]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        code = benchmark.main(args)
+    assert code == 0, printed.getvalue()[-3000:]
+    seed = out / "runs" / "seed_1"
+    results = seed / "nnunet" / "nnUNet_results"
+    splits = json.loads(next((seed / "nnunet" / "nnUNet_preprocessed").glob("Dataset*/splits_final.json")).read_text())
+    groups = pd.read_csv(next((seed / "nnunet" / "nnUNet_raw").glob("Dataset*/subgroups.tsv")), sep="\t")
+    condition = dict(zip(groups["case"].astype(str), groups["condition"]))
+    assert Counter(condition[c] for c in splits[0]["val"])["other"] == 1  # 5 "other" cases: one per fold
+    trained = set(splits[0]["train"])
+    for trainer, plans in (("nnUNetTrainer_CPUBudget", "nnUNetPlans"), ("nnUNetTrainerCaseWeights_CPUBudget",
+                                                                       "nnUNetPlans_JTT")):
+        fold = next(results.glob(f"Dataset*/{trainer}__{plans}__2d/fold_0"))
+        assert (fold / checkpoint_name(2)).is_file() and (fold / "validation" / "summary.json").is_file()
+    error_set = pd.read_csv(seed / "arms" / "JTT" / "case_weights.tsv", sep="\t", dtype={"case": str})
+    assert set(error_set["case"]) == trained  # the error set is chosen among the cases ERM trained on
+    curve = pd.read_csv(out / "training_fit_curve.csv")
+    assert sorted(set(curve["epoch"])) == [2, 4] and set(curve["method"]) == {"ERM", "JTT"}
+    counts = curve[(curve["method"] == "ERM") & (curve["epoch"] == 2)].groupby("group")["n"].max().to_dict()
+    assert counts["other"] == sum(condition[c] == "other" for c in trained) == 4
+    assert (record / "runs" / "seed_1" / "arms" / "ERM" / "per_case_training_epoch_2.csv").is_file()
+    check = check_erm_run(next(results.glob("Dataset*/nnUNetTrainer_CPUBudget__nnUNetPlans__2d/fold_0")),
+                          groups.astype({"case": str}), epochs=4)
+    assert set(check.control_means) == {"white_matter", "intra_axial_csf", "cerebellum"} and check.epochs == 4

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from nnunet_dro.lab.arm_runs import ArmRuns
 from nnunet_dro.lab.cohort_folder import Cohort, CohortFolder
@@ -172,3 +173,33 @@ def test_the_error_set_trainers_are_arms_the_regime_can_name():
         command = benchmark_command(Job(40, arm), Path("out"), None)
         arms = command[command.index("--arms") + 1]
         assert arms == f"ERM,{arm}" and parse_arms(arms) == ["ERM", arm]
+
+
+def test_the_converged_regimes_command_lines():
+    """Issue 78's regime as the journal fixes it: the 2D plane cohort, fold 0, kept networks scored on
+    the training cases, the larger and new-centre test sets; the epochs are the calibration's."""
+    from nnunet_dro.lab.regime import CONVERGED, CONVERGED_ARMS, regime_flags
+
+    command = benchmark_command(Job(50, "DROAdaptive_errorSet"), Path("/out"), None, {**CONVERGED, "--epochs": 800})
+    text = " ".join(command)
+    assert "--arms ERM,DROAdaptive_errorSet" in text and "--seeds 50," in text
+    for flags in ("--n-train 125", "--size 64", "--plane 0.11", "--validation-fold --keep-checkpoints",
+                  "--keep-checkpoints 12.5,25,37.5,50,62.5,75,87.5 --training-fit", "--large-test 100",
+                  "--shifted-test 100", "--epochs 800"):
+        assert flags in text, flags
+    assert regime_flags({"--validation-fold": None}) == ["--validation-fold"]
+    assert CONVERGED_ARMS[:2] == ("ERM", "ERM_repeat") and "JTT" in CONVERGED_ARMS
+
+
+def test_decision_regime_script_needs_the_converged_budget(capsys):
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "decision_regime.py"
+    spec = importlib.util.spec_from_file_location("decision_regime", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for argv, message in ((["--regime", "converged", "--seeds", "40"], "give --epochs"),
+                          (["--seeds", "30", "--epochs", "400"], "fixed (200 epochs)")):
+        with pytest.raises(SystemExit) as exit_:
+            module.main(argv)
+        assert exit_.value.code == 2 and message in capsys.readouterr().err

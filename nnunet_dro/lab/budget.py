@@ -38,6 +38,7 @@ X_CPUBudget(CPUBudget, X)``, made by :func:`budget_twin`), found by ``nnUNetv2_t
 """
 from __future__ import annotations
 
+import math
 import os
 from copy import deepcopy
 from dataclasses import replace
@@ -76,6 +77,16 @@ def _int_from_env(name: str) -> int | None:
         raise RuntimeError(f"{name}={text!r} is not an integer") from None
 
 
+def epoch_at(percent: float, epochs: int) -> int:
+    """The epoch (1-based) at ``percent`` of a schedule of ``epochs``, halves rounded up (Python's
+    ``round`` rounds them to even, so 25 % of 10 epochs would be epoch 2 but 25 % of 6 epoch 2 too).
+
+    >>> epoch_at(25, 10), epoch_at(75, 6), epoch_at(75, 800), epoch_at(1, 10)
+    (3, 5, 600, 1)
+    """
+    return max(1, math.floor(percent / 100 * epochs + 0.5))
+
+
 def kept_checkpoint_epochs(text: str, epochs: int) -> tuple[int, ...]:
     """The epochs (1-based, counted as nnU-Net's ``current_epoch + 1``) at whose end a copy of the
     network is kept, from percentages of ``epochs``; 100 % is nnU-Net's own final checkpoint.
@@ -91,7 +102,7 @@ def kept_checkpoint_epochs(text: str, epochs: int) -> tuple[int, ...]:
             raise RuntimeError(f"{KEEP_CHECKPOINTS_ENV}={text!r}: {item!r} is not a percentage") from None
         if not 0 < percent <= 100:
             raise RuntimeError(f"{KEEP_CHECKPOINTS_ENV}={text!r}: {item} is not a percentage in (0, 100]")
-        epoch = max(1, round(percent / 100 * epochs))
+        epoch = epoch_at(percent, epochs)
         if epoch < epochs:
             kept.append(epoch)
     return tuple(sorted(set(kept)))

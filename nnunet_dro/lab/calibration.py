@@ -23,7 +23,7 @@ import pandas as pd
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.io import load_nnunet_summary
 from nnunet_dro.evaluation.regions import PRESETS
-from nnunet_dro.lab.budget import arm_name
+from nnunet_dro.lab.budget import arm_name, epoch_at
 from nnunet_dro.lab.cohort_folder import GROUP_COLUMN, MAJORITY_GROUP
 from nnunet_dro.lab.run_summary import CONVERGED_DICE, majority_learned
 from nnunet_dro.training.stability import all_learned_epoch
@@ -132,7 +132,7 @@ def last_quarter_rise(curve: dict[int, float], epochs: int) -> float:
     """
     if epochs not in curve:
         raise UserError(f"training-fit curve: no value at the final epoch {epochs} (epochs held: {sorted(curve)})")
-    three_quarters = round(0.75 * epochs)
+    three_quarters = epoch_at(75, epochs)  # where the regime keeps a network
     if three_quarters not in curve:
         raise UserError(f"training-fit curve: no network kept at epoch {three_quarters} (75 % of {epochs}); "
                         f"epochs held: {sorted(curve)}")

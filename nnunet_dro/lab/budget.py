@@ -130,6 +130,8 @@ class CPUBudget(ShortRun):
     budget_min_features: int = 4
     budget_final_validation: bool = False
     budget_plot_every: int = 10
+    #: epochs at whose end a copy of the network is kept (``nnUNet_dro_keep_checkpoints``; set per run)
+    kept_epochs: tuple[int, ...] = ()
 
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):

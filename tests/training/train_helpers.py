@@ -42,12 +42,16 @@ from nnunet_dro.training.short_run import ShortRun
 
 
 class TestSize(ShortRun):
-    """2 epochs of 3 iterations (nnUNet_dro_short_run=EPOCHS changes the epochs), a checkpoint every epoch."""
+    """2 epochs of 3 iterations (nnUNet_dro_short_run=EPOCHS changes the epochs), a checkpoint every
+    epoch, one torch thread: nnUNetv2_train gives torch every core on CPU, and the suite runs one
+    training per core side by side (pytest-xdist), so two threads each would only oversubscribe
+    them (the lab's budget trainers do the same; threads change no result beyond float rounding)."""
 
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):
         super().__init__(plans, configuration, fold, dataset_json, device)
         self.save_every = 1
+        torch.set_num_threads(1)  # after nnUNetv2_train's set_num_threads(cpu_count())
 
     def perform_actual_validation(self, save_probabilities: bool = False):
         # the e2e tests run nnU-Net's full validation once, through --val --npz (saves minutes)

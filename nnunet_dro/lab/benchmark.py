@@ -92,6 +92,7 @@ from nnunet_dro.lab.cohort_folder import AUDIT_EXCLUDED_RECORD, PLANS, Cohort
 from nnunet_dro.lab.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.lab.pipeline import Workspace
 from nnunet_dro.lab.run_summary import convergence_line
+from nnunet_dro.lab.splits import SPLITS_FILENAME
 from nnunet_dro.training.case_tables import CASE_WEIGHTS_FILENAME
 
 DATASET_ID = 991
@@ -113,6 +114,7 @@ def record_files(ws: Workspace, arm: str, trainer: str, plans: str = PLANS) -> l
     folder, arm_folder = ws.cohort_folder.folder, ws.arms.arm_folder(arm)
     files = [folder / "cohort.json", folder / LABEL_NOISE_RECORD, folder / AUDIT_EXCLUDED_RECORD,
              ws.cohort_folder.raw / SUBGROUPS_FILENAME,
+             ws.cohort_folder.preprocessed / SPLITS_FILENAME,  # fold 0's cases: --report-only reads them
              arm_folder / "result.json",
              arm_folder / "per_case.csv", ws.draws.hardness_report_file(trainer, plans),
              arm_folder / CASE_WEIGHTS_FILENAME,

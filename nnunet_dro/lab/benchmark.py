@@ -334,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
                 arm_runs.score_further(arm, trainer, "training", device=args.device)
                 if keep:
                     arm_runs.score_training_curve(arm, trainer, device=args.device)
-            trained = cohort_folder.fold_training_cases() if cohort.validation_fold else None
+            trained = cohort_folder.fold_training_cases()  # None for fold "all"
             for cases, kept in (*further_tables.items(), ("training", training_tables)):
                 scored = arm_runs.load_further(arm, cases)
                 if scored is not None:

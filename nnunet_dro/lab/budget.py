@@ -11,7 +11,7 @@ changes only what a 2-core CPU cannot afford:
   (a :class:`~nnunet_dro.training.short_run.ShortRun` of that size);
 - nnU-Net's final validation is skipped (``budget_final_validation``): with fold ``all`` it only
   re-predicts the training cases; the benchmark evaluates a held-out test set instead;
-- nnU-Net's ``progress.png`` is drawn every ``budget_plot_every``-th epoch and after the last, not
+- nnU-Net's ``progress.png`` is drawn every ``short_plot_every``-th epoch and after the last, not
   after every epoch: drawing it costs 1-4 s of a busy CPU core, more than a third of a budget epoch
   (measured December 5, 2026); no training result depends on it;
 - ``nnUNet_dro_short_run`` (``EPOCHS[xITERATIONS]``, the one short-run variable of
@@ -129,7 +129,7 @@ class CPUBudget(ShortRun):
     budget_width_divisor: int = 4
     budget_min_features: int = 4
     budget_final_validation: bool = False
-    budget_plot_every: int = 10
+    short_plot_every: int | None = 10
     #: epochs at whose end a copy of the network is kept (``nnUNet_dro_keep_checkpoints``; set per run)
     kept_epochs: tuple[int, ...] = ()
 
@@ -182,13 +182,7 @@ class CPUBudget(ShortRun):
             # before nnU-Net's on_epoch_end, which advances current_epoch: the file records the
             # epochs trained as nnU-Net's own checkpoints do; every rank calls it, as nnU-Net does
             self.save_checkpoint(os.path.join(self.output_folder, checkpoint_name(epoch + 1)))
-        logger = self.logger
-        if (epoch + 1) % self.budget_plot_every and epoch != self.num_epochs - 1:
-            logger.plot_progress_png = lambda output_folder: None  # this epoch only: shadows the method
-        try:
-            super().on_epoch_end()
-        finally:
-            logger.__dict__.pop("plot_progress_png", None)
+        super().on_epoch_end()  # ShortRun's: progress.png every short_plot_every-th epoch
         if self.local_rank == 0 and not hasattr(self, "case_weighting"):  # DRO trainers log it themselves
             self.print_to_log_file(stability_line(pseudo_dice_history(self)))
 

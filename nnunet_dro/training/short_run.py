@@ -5,7 +5,8 @@ environment variable.
 ``short_iterations`` iterations (``short_val_iterations`` validation iterations each), unless
 ``nnUNet_dro_short_run`` says otherwise: ``EPOCHS``, ``EPOCHSxITERATIONS`` or
 ``EPOCHSxITERATIONSxVALIDATION``; an empty field keeps the class's value (``x2``: its epochs, 2
-iterations). The lab's CPU-budget trainers are short runs too (:mod:`nnunet_dro.lab.budget`, their
+iterations). A class may also draw nnU-Net's ``progress.png`` less often (``short_plot_every``):
+drawing it costs 1-4 s of a busy CPU core, more than a short epoch, and no result depends on it. The lab's CPU-budget trainers are short runs too (:mod:`nnunet_dro.lab.budget`, their
 class values the benchmark's budget), so one variable shortens every one of them. The shipped
 trainers train the budget of their class, as nnU-Net's do, and refuse to start while the variable
 is set (:func:`refuse_unread_short_run`) rather than ignore it.
@@ -85,9 +86,22 @@ class ShortRun:
     short_epochs: int = 2
     short_iterations: int = 3
     short_val_iterations: int = 1
+    #: nnU-Net's progress.png after every epoch (None, as nnU-Net), after the last only (0), or
+    #: after every N-th epoch and the last (N)
+    short_plot_every: int | None = None
 
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):
         super().__init__(plans, configuration, fold, dataset_json, device)
         self.num_epochs, self.num_iterations_per_epoch, self.num_val_iterations_per_epoch = short_run_sizes(
             os.environ.get(SHORT_RUN_ENV, ""), (self.short_epochs, self.short_iterations, self.short_val_iterations))
+
+    def on_epoch_end(self):
+        epoch, logger = self.current_epoch, self.logger
+        every = self.short_plot_every
+        if every is not None and epoch != self.num_epochs - 1 and (every == 0 or (epoch + 1) % every):
+            logger.plot_progress_png = lambda output_folder: None  # this epoch only: shadows the method
+        try:
+            super().on_epoch_end()
+        finally:
+            logger.__dict__.pop("plot_progress_png", None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nnunet_dro.training.short_run import SHORT_RUN_ENV, short_run_sizes, short_run_value
+from nnunet_dro.training.short_run import SHORT_RUN_ENV, ShortRun, short_run_sizes, short_run_value
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,3 +74,34 @@ def test_a_short_run_subclass_reads_the_variable(label_dataset, monkeypatch):
     monkeypatch.delenv(SHORT_RUN_ENV)
     trainer = _construct(label_dataset, monkeypatch, nnUNetTrainerDRO)  # unset: the class's budget
     assert (trainer.num_epochs, trainer.num_iterations_per_epoch) == (1000, 250)
+
+
+@pytest.mark.parametrize("every, drawn", [(None, list(range(12))), (0, [11]), (5, [4, 9, 11]), (1, list(range(12)))])
+def test_progress_png_is_drawn_after_the_epochs_short_plot_every_names(every, drawn):
+    """nnU-Net's on_epoch_end draws progress.png; a short run lets it through after every epoch
+    (None), the last only (0) or every N-th and the last, and leaves the logger's method in place."""
+
+    class Logger:
+        def __init__(self):
+            self.drawn, self.epoch = [], None
+
+        def plot_progress_png(self, output_folder):
+            self.drawn.append(self.epoch)
+
+    class Base:  # the part of nnUNetTrainer.on_epoch_end that matters here
+        def on_epoch_end(self):
+            self.logger.epoch = self.current_epoch
+            self.logger.plot_progress_png("folder")
+            self.current_epoch += 1
+
+    class Run(ShortRun, Base):
+        short_plot_every = every
+
+        def __init__(self):  # no nnU-Net set-up: only the epoch end is exercised
+            self.num_epochs, self.logger, self.current_epoch = 12, Logger(), 0
+
+    run = Run()
+    for _ in range(12):
+        run.on_epoch_end()
+    assert run.logger.drawn == drawn
+    assert "plot_progress_png" not in vars(run.logger)

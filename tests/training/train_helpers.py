@@ -45,7 +45,10 @@ class TestSize(ShortRun):
     """2 epochs of 3 iterations (nnUNet_dro_short_run=EPOCHS changes the epochs), a checkpoint every
     epoch, one torch thread: nnUNetv2_train gives torch every core on CPU, and the suite runs one
     training per core side by side (pytest-xdist), so two threads each would only oversubscribe
-    them (the lab's budget trainers do the same; threads change no result beyond float rounding)."""
+    them (the lab's budget trainers do the same; threads change no result beyond float rounding);
+    nnU-Net's progress.png after the last epoch only (drawing it costs more than a test epoch)."""
+
+    short_plot_every = 0
 
     def __init__(self, plans: dict, configuration: str, fold: int, dataset_json: dict,
                  device: torch.device = torch.device('cuda')):

@@ -31,6 +31,7 @@ from nnunet_dro.lab.budget import (
     arm_name,
     checkpoint_name,
 )
+from nnunet_dro.lab.calibration import check_erm_run
 from nnunet_dro.lab.cohort_folder import (
     FURTHER_TESTS,
     GROUP_COLUMN,
@@ -48,6 +49,13 @@ REGIONS = "feta"
 #: where :meth:`ArmRuns.score_further` keeps each further scoring of an arm's network
 FURTHER_RESULTS = {"large_test": "per_case_large_test.csv", "shifted_test": "per_case_shifted_test.csv",
                    "training": "per_case_training.csv"}
+#: the further test sets also scored by HD95 (mm; a structure missing on one side scores the image
+#: diagonal), stored beside their Dice: the converged regime's secondary statistic, the "other"
+#: group's worst tenth of the intra-axial CSF's HD95 on the larger test set (journal, December 6)
+HD95_RESULTS = {"large_test": "per_case_large_test_hd95.csv"}
+#: an ERM run's exclusion test (:mod:`nnunet_dro.lab.calibration`), stored while its fold folder
+#: (nnU-Net's validation, the checkpoint's log) exists: the record keeps the verdict, not the folder
+CALIBRATION_CHECK = "calibration_check.json"
 
 #: the arm every other arm is compared with, paired: nnU-Net's own training (uniform draws)
 BASELINE_ARM = "ERM"
@@ -210,9 +218,11 @@ class ArmRuns:
         return table_path
 
     def _predict_and_score(self, arm: str, trainer: str, images: Path, labels: Path, groups: Path,
-                           predictions: Path, device: str, checkpoint: str = "checkpoint_final.pth") -> pd.DataFrame:
-        """``nnUNetv2_predict`` of ``images`` with the arm's ``checkpoint``, then the Dice of every
-        case and region against ``labels`` (``nnunet_dro evaluate`` by condition)."""
+                           predictions: Path, device: str, checkpoint: str = "checkpoint_final.pth",
+                           metrics: tuple[str, ...] = ("dice",)) -> pd.DataFrame:
+        """``nnUNetv2_predict`` of ``images`` with the arm's ``checkpoint``, then the ``metrics`` of
+        every case and region against ``labels`` (``nnunet_dro evaluate`` by condition; rows of
+        every metric, column ``metric``)."""
         cohort = self.cohort_folder
         cases = len(list(labels.glob("*.nii.gz")))
         cohort.echo(f"  {arm}: nnUNetv2_predict of {cases} cases of {images.parent.name}/{images.name} (--disable_tta"
@@ -224,9 +234,9 @@ class ArmRuns:
                 log_file=cohort.log_file)
         from nnunet_dro.evaluation.api import evaluate
 
-        result = evaluate(str(labels), {arm: str(predictions)}, None, groups=str(groups),
-                          group_by=[GROUP_COLUMN], regions=REGIONS, num_processes=2, progress=False, echo=cohort.echo)
-        return result.per_case[result.per_case["metric"] == "dice"].copy()
+        result = evaluate(str(labels), {arm: str(predictions)}, None, groups=str(groups), group_by=[GROUP_COLUMN],
+                          regions=REGIONS, metrics=list(metrics), num_processes=2, progress=False, echo=cohort.echo)
+        return result.per_case[result.per_case["metric"].isin(metrics)].reset_index(drop=True)
 
     def run_arm(self, arm: str, trainer: str, seed: int, budget: Budget = Budget(), device: str = "cpu",
                 show: Callable[[str], None] | None = None) -> tuple[dict, pd.DataFrame]:
@@ -280,8 +290,13 @@ class ArmRuns:
             raw, split = self.cohort_folder.raw, "Tr"
             groups = self.cohort_folder.folder / "subgroups_training.tsv"
             write_split_table(read_subgroups(raw / SUBGROUPS_FILENAME), "train", groups)
-        per_case = self._predict_and_score(arm, trainer, raw / f"images{split}", raw / f"labels{split}", groups,
-                                           self.arm_folder(arm) / f"predictions_{cases}", device)
+        metrics = ("dice", "hd95") if cases in HD95_RESULTS else ("dice",)
+        scored = self._predict_and_score(arm, trainer, raw / f"images{split}", raw / f"labels{split}", groups,
+                                         self.arm_folder(arm) / f"predictions_{cases}", device, metrics=metrics)
+        per_case = scored[scored["metric"] == "dice"].reset_index(drop=True)
+        if cases in HD95_RESULTS:  # written first: a stored Dice table means both are there
+            write_text_atomic(self.arm_folder(arm) / HD95_RESULTS[cases],
+                              scored[scored["metric"] == "hd95"].to_csv(index=False))
         write_text_atomic(stored, per_case.to_csv(index=False))
         return per_case
 
@@ -322,6 +337,35 @@ class ArmRuns:
         tables = [pd.read_csv(path, dtype={"case": str}).assign(epoch=int(path.stem.rsplit("_", 1)[1])) for path in kept]
         tables.append(pd.read_csv(final_file, dtype={"case": str}).assign(epoch=int(summary["epochs"])))
         return pd.concat(tables, ignore_index=True)
+
+    def store_calibration_check(self, arm: str, trainer: str, epochs: int) -> dict | None:
+        """The exclusion test of an ERM run (``ERM``, ``ERM_repeat``) on its fold's validation
+        cases, written once to ``arms/<ARM>/calibration_check.json`` and returned; None where the
+        arm trained no held-out fold or its folder is gone (a record alone cannot be tested)."""
+        stored = self.arm_folder(arm) / CALIBRATION_CHECK
+        if stored.is_file():
+            return json.loads(stored.read_text())
+        fold_dir = self.fold_folder(trainer, self.plans_for(arm))
+        if arm_name(trainer) != "ERM" or self.cohort_folder.cohort.fold == "all" \
+                or not (fold_dir / "checkpoint_final.pth").is_file():
+            return None
+        subgroups = read_subgroups(self.cohort_folder.raw / SUBGROUPS_FILENAME).astype({"case": str})
+        check = check_erm_run(fold_dir, subgroups, epochs)
+        verdict = {"passed": check.passed, "reasons": list(check.reasons), "control_means": check.control_means,
+                   "learned_epoch": check.learned_epoch, "epochs": check.epochs}
+        write_text_atomic(stored, json.dumps(verdict, indent=2))
+        return verdict
+
+    def load_calibration_check(self, arm: str) -> dict | None:
+        """The stored verdict of :meth:`store_calibration_check`, or None."""
+        stored = self.arm_folder(arm) / CALIBRATION_CHECK
+        return json.loads(stored.read_text()) if stored.is_file() else None
+
+    def load_hd95(self, arm: str, cases: str = "large_test") -> pd.DataFrame | None:
+        """The stored HD95 rows of :meth:`score_further` (``HD95_RESULTS``), or None (an arm
+        scored before HD95 was, or a set not scored by it)."""
+        stored = self.arm_folder(arm) / HD95_RESULTS.get(cases, "")
+        return pd.read_csv(stored, dtype={"case": str}) if cases in HD95_RESULTS and stored.is_file() else None
 
     def load_further(self, arm: str, cases: str) -> pd.DataFrame | None:
         """The stored result of :meth:`score_further`, or None."""

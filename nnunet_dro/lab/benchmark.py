@@ -57,7 +57,9 @@ from nnunet_dro.data.subgroups import SUBGROUPS_FILENAME
 from nnunet_dro.errors import UserError
 from nnunet_dro.lab.arm_runs import (
     ARM_TRAINERS,
+    CALIBRATION_CHECK,
     FURTHER_RESULTS,
+    HD95_RESULTS,
     JTT_ARM,
     JTT_SETTINGS,
     Budget,
@@ -71,6 +73,7 @@ from nnunet_dro.lab.benchmark_analysis import (
     against_section,
     further_test_section,
     hardest_regions,
+    hd95_worst_tenth,
     label_noise_section,
     learning_time_section,
     markdown_report,
@@ -88,6 +91,8 @@ from nnunet_dro.lab.benchmark_analysis import (
     training_fit_curve,
     training_fit_section,
 )
+from nnunet_dro.lab.budget import CPUBudget
+from nnunet_dro.lab.calibration import calibration_row
 from nnunet_dro.lab.cohort_folder import AUDIT_EXCLUDED_RECORD, PLANS, Cohort
 from nnunet_dro.lab.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.lab.pipeline import Workspace
@@ -120,6 +125,8 @@ def record_files(ws: Workspace, arm: str, trainer: str, plans: str = PLANS) -> l
              arm_folder / CASE_WEIGHTS_FILENAME,
              *(folder / f"{cases}.json" for cases in FURTHER_TEST_IDS),
              *(arm_folder / name for name in FURTHER_RESULTS.values()),
+             *(arm_folder / name for name in HD95_RESULTS.values()),
+             arm_folder / CALIBRATION_CHECK,
              *sorted(arm_folder.glob("per_case_training_epoch_*.csv"))]
     return [f for f in files if f.is_file()]
 
@@ -282,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     say = lambda text: print(text, flush=True)  # noqa: E731
     further_sizes = {"large_test": args.large_test, "shifted_test": args.shifted_test}
-    tables, training_tables, curve_tables, run_rows = [], [], [], []
+    tables, training_tables, curve_tables, hd95_tables, run_rows, checks = [], [], [], [], [], []
     further_tables: dict[str, list[pd.DataFrame]] = {cases: [] for cases in FURTHER_TEST_IDS}
     for seed in seeds:
         cohort = Cohort(args.n_train, args.n_test, args.size, seed, args.label_noise, args.exclude_flagged,
@@ -341,6 +348,15 @@ def run(args: argparse.Namespace) -> int:
                     if cases == "training" and trained is not None:  # fold 0: the cases it trained on
                         scored = scored[scored["case"].isin(trained)]
                     kept.append(scored.assign(seed=seed, method=arm))
+            # an ERM run's exclusion test, while its fold folder is here (the converged regime)
+            epochs = budget.epochs or CPUBudget.short_epochs
+            check = (arm_runs.store_calibration_check(arm, trainer, epochs) if not args.report_only
+                     else None) or arm_runs.load_calibration_check(arm)
+            if check is not None:
+                checks.append({"seed": seed, "arm": arm, **calibration_row(check)})
+            hd95 = arm_runs.load_hd95(arm)
+            if hd95 is not None:
+                hd95_tables.append(hd95.assign(seed=seed, method=arm))
             curve = arm_runs.load_training_curve(arm)
             if curve is not None:
                 curve_tables.append((curve if trained is None else curve[curve["case"].isin(trained)])
@@ -398,6 +414,12 @@ def run(args: argparse.Namespace) -> int:
         fit = training_fit(pd.concat(training_tables, ignore_index=True), per_case, hardest)
         write_text_atomic(out / "training_fit.csv", fit.to_csv(index=False))
         sections += training_fit_section(fit)
+    if checks:
+        write_text_atomic(out / "calibration_checks.csv", pd.DataFrame(checks).to_csv(index=False))
+    if hd95_tables:
+        hd95 = pd.concat(hd95_tables, ignore_index=True)
+        write_text_atomic(out / HD95_RESULTS["large_test"], hd95.to_csv(index=False))
+        write_text_atomic(out / "hd95_large_test.csv", hd95_worst_tenth(hd95).to_csv(index=False))
     if curve_tables:
         write_text_atomic(out / "training_fit_curve.csv",
                           training_fit_curve(pd.concat(curve_tables, ignore_index=True)).to_csv(index=False))
@@ -407,7 +429,8 @@ def run(args: argparse.Namespace) -> int:
     say(terminal_report(summary, paired, targets))
     say(f"\nWritten: {out / 'summary.md'}, summary.csv, paired.csv, p10_intervals.csv, runs.csv, robustness_tradeoff.png"
         + "".join(f", {FURTHER_RESULTS[cases]}, p10_intervals_{cases}.csv" for cases in further)
-        + (", training_fit.csv" if training_tables else "") + (", training_fit_curve.csv" if curve_tables else ""))
+        + (", training_fit.csv" if training_tables else "") + (", training_fit_curve.csv" if curve_tables else "")
+        + (", hd95_large_test.csv" if hd95_tables else "") + (", calibration_checks.csv" if checks else ""))
     return 0
 
 

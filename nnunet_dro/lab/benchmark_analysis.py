@@ -98,6 +98,30 @@ def summary_by_seed(per_case: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def hd95_worst_tenth(per_case: pd.DataFrame) -> pd.DataFrame:
+    """One row per seed, arm, group and region of per-case HD95 rows (mm; lower is better): n, mean,
+    median and ``p90``, the worst tenth's boundary (the HD95 counterpart of the Dice p10; numpy's
+    linear interpolation, as :func:`summary_by_seed`).
+
+    >>> rows = pd.DataFrame({"seed": 1, "method": "ERM", "region": "csf", "condition": "other",
+    ...                      "value": [float(v) for v in range(1, 11)]})
+    >>> print(hd95_worst_tenth(rows)[["group", "n", "p90"]].to_string(index=False))
+    group  n  p90
+      all 10  9.1
+    other 10  9.1
+    """
+    rows = []
+    for group, frame in _groups_of(per_case):
+        for (seed, method, region), part in frame.groupby(["seed", "method", "region"], sort=False):
+            values = part["value"].to_numpy(float)
+            values = values[~np.isnan(values)]
+            rows.append({"seed": seed, "method": method, "group": group, "region": region, "n": int(values.size),
+                         "mean": float(values.mean()) if values.size else np.nan,
+                         "median": float(np.median(values)) if values.size else np.nan,
+                         "p90": float(np.percentile(values, 90)) if values.size else np.nan})
+    return pd.DataFrame(rows)
+
+
 def summary_over_seeds(by_seed: pd.DataFrame, arms: Sequence[str] | None = None) -> pd.DataFrame:
     """Each statistic averaged over seeds, with its sd across seeds (``<stat>_sd``)."""
     keys = ["method", "group", "region"]

@@ -117,6 +117,18 @@ def seed_counts(erm_fold_dirs: Sequence[str | Path], subgroups: pd.DataFrame,
     return all(c.passed for c in checks), checks
 
 
+def calibration_row(verdict: dict) -> dict:
+    """A stored verdict (``arms/<ARM>/calibration_check.json``) as one flat table row.
+
+    >>> calibration_row({"passed": False, "reasons": ["late", "low"], "learned_epoch": 500, "epochs": 800,
+    ...                  "control_means": {"white_matter": 99.0}})
+    {'passed': False, 'learned_epoch': 500, 'epochs': 800, 'reasons': 'late; low', 'control_white_matter': 99.0}
+    """
+    return {"passed": bool(verdict["passed"]), "learned_epoch": verdict.get("learned_epoch"),
+            "epochs": verdict.get("epochs"), "reasons": "; ".join(verdict.get("reasons", [])),
+            **{f"control_{region}": value for region, value in verdict.get("control_means", {}).items()}}
+
+
 #: (i) of the calibration: ERM's training-set Dice on the rare group rises by less than this over
 #: the schedule's last quarter (points of Dice)
 PLATEAU_RISE = 1.0

@@ -203,3 +203,20 @@ def test_the_converged_regimes_benchmark_run_end_to_end(tmp_path, monkeypatch):
     check = check_erm_run(next(results.glob("Dataset*/nnUNetTrainer_CPUBudget__nnUNetPlans__2d/fold_0")),
                           groups.astype({"case": str}), epochs=4)
     assert set(check.control_means) == {"white_matter", "intra_axial_csf", "cerebellum"} and check.epochs == 4
+    # the registered secondary: HD95 on the larger test set, per arm in the record, its worst tenth per seed
+    for arm in ("ERM", "JTT"):
+        hd95 = pd.read_csv(record / "runs" / "seed_1" / "arms" / arm / "per_case_large_test_hd95.csv")
+        dice = pd.read_csv(record / "runs" / "seed_1" / "arms" / arm / "per_case_large_test.csv")
+        assert set(hd95["metric"]) == {"hd95"} and set(dice["metric"]) == {"dice"}
+        assert len(hd95) == len(dice) == 3 * 3 * len(set(dice["region"]))  # 3 cases per group
+        assert (hd95["value"].dropna() >= 0).all()
+    worst = pd.read_csv(out / "hd95_large_test.csv")
+    assert {"seed", "method", "group", "region", "n", "mean", "median", "p90"} <= set(worst.columns)
+    assert set(worst["group"]) >= {"control", "other"}
+    # ERM's exclusion test kept in the record (its fold folder is not): the same verdict as on the folder
+    stored = json.loads((record / "runs" / "seed_1" / "arms" / "ERM" / "calibration_check.json").read_text())
+    assert stored["passed"] == check.passed and stored["learned_epoch"] == check.learned_epoch
+    assert stored["control_means"] == pytest.approx(check.control_means, nan_ok=True)
+    assert not (record / "runs" / "seed_1" / "arms" / "JTT" / "calibration_check.json").exists()  # ERM's runs only
+    checks = pd.read_csv(out / "calibration_checks.csv")
+    assert checks[["seed", "arm"]].values.tolist() == [[1, "ERM"]]

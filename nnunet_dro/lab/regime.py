@@ -38,11 +38,12 @@ LATER_ARMS = ("DROLS", "DROLS_DRO", "DROLS_ceAscent")
 BASELINE = "ERM"
 #: the converged regime (issue 78; the journal's pre-registration of December 6, 2026, and its
 #: amendment "the converged regime's cohort is 2D"): 125 training-pool cases cut at the plane x =
-#: 0.11, 64^2, fold 0 of a split stratified by condition (nnU-Net's validation kept), a network kept
-#: every 12.5 % of the epochs and each scored on the training cases; the epochs are the
-#: calibration's (``--epochs``: 800 or 1600)
+#: 0.11, 64^2, fold 0 of a split stratified by condition (nnU-Net's validation kept), networks kept
+#: at 50 % and 75 % of the epochs and scored on the training cases with the final one (the
+#: plateau test (i); every 12.5 % cost 5 more scorings of 125 cases per training, about 5 minutes,
+#: journal of December 7); the epochs are the calibration's (``--epochs``: 800 or 1600)
 CONVERGED = {"--n-train": 125, "--n-test": 30, "--size": 64, "--plane": 0.11, "--validation-fold": None,
-             "--keep-checkpoints": "12.5,25,37.5,50,62.5,75,87.5", "--training-fit": None,
+             "--keep-checkpoints": "50,75", "--training-fit": None,
              "--large-test": 100, "--shifted-test": 100}
 #: its arms (ERM twice: the noise floor; Holm's family: the four single-training arms and JTT)
 CONVERGED_ARMS = ("ERM", "ERM_repeat", "DROAdaptive", "DROAdaptive_f25_ermPhase", "JTT", "DROAdaptive_errorSet",

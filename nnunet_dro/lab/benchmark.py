@@ -92,7 +92,7 @@ from nnunet_dro.lab.benchmark_analysis import (
     training_fit_section,
 )
 from nnunet_dro.lab.budget import CPUBudget
-from nnunet_dro.lab.calibration import calibration_row
+from nnunet_dro.lab.calibration import calibration_row, plateau_rows
 from nnunet_dro.lab.cohort_folder import AUDIT_EXCLUDED_RECORD, PLANS, Cohort
 from nnunet_dro.lab.label_noise import RECORD as LABEL_NOISE_RECORD
 from nnunet_dro.lab.pipeline import Workspace
@@ -414,15 +414,19 @@ def run(args: argparse.Namespace) -> int:
         fit = training_fit(pd.concat(training_tables, ignore_index=True), per_case, hardest)
         write_text_atomic(out / "training_fit.csv", fit.to_csv(index=False))
         sections += training_fit_section(fit)
-    if checks:
-        write_text_atomic(out / "calibration_checks.csv", pd.DataFrame(checks).to_csv(index=False))
     if hd95_tables:
         hd95 = pd.concat(hd95_tables, ignore_index=True)
         write_text_atomic(out / HD95_RESULTS["large_test"], hd95.to_csv(index=False))
         write_text_atomic(out / "hd95_large_test.csv", hd95_worst_tenth(hd95).to_csv(index=False))
+    plateau = []
     if curve_tables:
-        write_text_atomic(out / "training_fit_curve.csv",
-                          training_fit_curve(pd.concat(curve_tables, ignore_index=True)).to_csv(index=False))
+        curve_summary = training_fit_curve(pd.concat(curve_tables, ignore_index=True))
+        write_text_atomic(out / "training_fit_curve.csv", curve_summary.to_csv(index=False))
+        plateau = plateau_rows(curve_summary, budget.epochs or CPUBudget.short_epochs)
+    if checks or plateau:  # the calibration's (i) and (ii), one row per ERM run
+        frames = [pd.DataFrame(rows) if rows else pd.DataFrame(columns=["seed", "arm"]) for rows in (plateau, checks)]
+        write_text_atomic(out / "calibration_checks.csv",
+                          frames[0].merge(frames[1], on=["seed", "arm"], how="outer").to_csv(index=False))
     write_text_atomic(out / "summary.md", markdown_report(summary, paired, runs, settings, hardest, targets, sections))
     plot_tradeoff(out / "robustness_tradeoff.png", by_seed, hardest, settings["arms"])
     say("")
@@ -430,7 +434,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"\nWritten: {out / 'summary.md'}, summary.csv, paired.csv, p10_intervals.csv, runs.csv, robustness_tradeoff.png"
         + "".join(f", {FURTHER_RESULTS[cases]}, p10_intervals_{cases}.csv" for cases in further)
         + (", training_fit.csv" if training_tables else "") + (", training_fit_curve.csv" if curve_tables else "")
-        + (", hd95_large_test.csv" if hd95_tables else "") + (", calibration_checks.csv" if checks else ""))
+        + (", hd95_large_test.csv" if hd95_tables else "") + (", calibration_checks.csv" if checks or plateau else ""))
     return 0
 
 

@@ -161,6 +161,34 @@ def has_plateaued(curve: dict[int, float], epochs: int) -> bool:
     return bool(rise < PLATEAU_RISE)
 
 
+#: the group and structure of the plateau test (i): the rare group's hardest structure (the primary's)
+PLATEAU_GROUP, PLATEAU_REGION = "other", "intra_axial_csf"
+
+
+def plateau_rows(curve: pd.DataFrame, epochs: int) -> list[dict]:
+    """(i) for every ERM run (``ERM``, ``ERM_repeat``) of a training-fit curve table
+    (:func:`~nnunet_dro.lab.benchmark_analysis.training_fit_curve`: ``method``, ``seed``,
+    ``epoch``, ``group``, ``region``, ``mean``): the rare group's training-set Dice at 75 % and at
+    the end, the rise and whether it plateaued; runs without those two networks are left out.
+
+    >>> curve = pd.DataFrame({"method": "ERM", "seed": 40, "epoch": [600, 800], "group": "other",
+    ...                       "region": "intra_axial_csf", "mean": [98.3, 98.8]})
+    >>> plateau_rows(curve, 800)
+    [{'seed': 40, 'arm': 'ERM', 'fit_at_75': 98.3, 'fit_at_end': 98.8, 'rise_last_quarter': 0.5, 'plateaued': True}]
+    """
+    part = curve[(curve["group"] == PLATEAU_GROUP) & (curve["region"] == PLATEAU_REGION)
+                 & curve["method"].isin(["ERM", "ERM_repeat"])]
+    rows = []
+    for (arm, seed), run in part.groupby(["method", "seed"], sort=True):
+        fit = dict(zip(run["epoch"].astype(int), run["mean"].astype(float)))
+        if epochs not in fit or epoch_at(75, epochs) not in fit:
+            continue
+        rise = last_quarter_rise(fit, epochs)
+        rows.append({"seed": int(seed), "arm": arm, "fit_at_75": fit[epoch_at(75, epochs)], "fit_at_end": fit[epochs],
+                     "rise_last_quarter": round(rise, 6), "plateaued": bool(rise < PLATEAU_RISE)})
+    return rows
+
+
 def dose_response_reading(gains_1x: Sequence[float], gains_2x: Sequence[float]) -> str:
     """The journal's reading rule of the dose-response runs (a direction on 4 seeds, no interval):
     a gain *holds* where its mean at 2x the budget is at least half its mean at 1x, *shrinks* where

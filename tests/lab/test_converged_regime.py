@@ -163,7 +163,7 @@ def test_the_plane_cohort_command_writes_the_generators_cases_cut_at_the_plane(t
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_the_converged_regimes_benchmark_run_end_to_end(tmp_path, monkeypatch):
-    """The benchmark on the 2D cohort with fold 0 of a stratified split, networks kept at 50 %, the
+    """The benchmark on the 2D cohort with fold 0 of a stratified split, networks kept at 50 % and 75 %, the
     training fit scored on every kept network: ERM and Just Train Twice, one seed, a tiny budget."""
     import contextlib
     import io
@@ -177,7 +177,7 @@ def test_the_converged_regimes_benchmark_run_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setitem(arm_runs.JTT_SETTINGS, "rule", "mean-dice")  # 4 epochs of 2 iterations: worst-dice ties
     monkeypatch.setenv("nnUNet_n_proc_DA", "0")
     args = ["--seeds", "1,", "--epochs", "4", "--iterations", "2", "--n-train", "63", "--n-test", "6", "--size", "24",
-            "--plane", "0.11", "--validation-fold", "--keep-checkpoints", "50", "--training-fit", "--large-test", "3",
+            "--plane", "0.11", "--validation-fold", "--keep-checkpoints", "50,75", "--training-fit", "--large-test", "3",
             "--torch-threads", "1", "--arms", "ERM,JTT", "-o", str(out), "--export-record", str(record)]
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         code = benchmark.main(args)
@@ -196,7 +196,7 @@ def test_the_converged_regimes_benchmark_run_end_to_end(tmp_path, monkeypatch):
     error_set = pd.read_csv(seed / "arms" / "JTT" / "case_weights.tsv", sep="\t", dtype={"case": str})
     assert set(error_set["case"]) == trained  # the error set is chosen among the cases ERM trained on
     curve = pd.read_csv(out / "training_fit_curve.csv")
-    assert sorted(set(curve["epoch"])) == [2, 4] and set(curve["method"]) == {"ERM", "JTT"}
+    assert sorted(set(curve["epoch"])) == [2, 3, 4] and set(curve["method"]) == {"ERM", "JTT"}
     counts = curve[(curve["method"] == "ERM") & (curve["epoch"] == 2)].groupby("group")["n"].max().to_dict()
     assert counts["other"] == sum(condition[c] == "other" for c in trained) == 4
     assert (record / "runs" / "seed_1" / "arms" / "ERM" / "per_case_training_epoch_2.csv").is_file()
@@ -218,5 +218,7 @@ def test_the_converged_regimes_benchmark_run_end_to_end(tmp_path, monkeypatch):
     assert stored["passed"] == check.passed and stored["learned_epoch"] == check.learned_epoch
     assert stored["control_means"] == pytest.approx(check.control_means, nan_ok=True)
     assert not (record / "runs" / "seed_1" / "arms" / "JTT" / "calibration_check.json").exists()  # ERM's runs only
-    checks = pd.read_csv(out / "calibration_checks.csv")
+    checks = pd.read_csv(out / "calibration_checks.csv")  # (ii) beside (i), the plateau at 2 -> 4 epochs
     assert checks[["seed", "arm"]].values.tolist() == [[1, "ERM"]]
+    assert bool(checks.loc[0, "passed"]) == check.passed
+    assert checks.loc[0, "rise_last_quarter"] == pytest.approx(checks.loc[0, "fit_at_end"] - checks.loc[0, "fit_at_75"])

@@ -309,6 +309,12 @@ class ArmRuns:
         where ERM's fit of its rare training cases still rises at the end, the budget is truncated."""
         fold_dir = self.fold_folder(trainer, ARM_PLANS.get(arm, PLANS))
         final = self.score_further(arm, trainer, "training", device=device)
+        if not (fold_dir / "checkpoint_final.pth").is_file():  # a run restored from the record: its scorings
+            stored = self.load_training_curve(arm)
+            if stored is None:
+                raise UserError(f"{fold_dir}: no checkpoint_final.pth and no stored training-fit curve of arm {arm}")
+            trained = self.cohort_folder.fold_training_cases()
+            return stored if trained is None else stored[stored["case"].isin(trained)].reset_index(drop=True)
         epochs = int(torch_epoch(fold_dir / "checkpoint_final.pth"))
         tables = [final.assign(epoch=epochs)]
         for epoch in sorted(int(p.stem.rsplit("_", 1)[1]) for p in fold_dir.glob("checkpoint_epoch_*.pth")):

@@ -222,3 +222,27 @@ def test_the_converged_regimes_benchmark_run_end_to_end(tmp_path, monkeypatch):
     assert checks[["seed", "arm"]].values.tolist() == [[1, "ERM"]]
     assert bool(checks.loc[0, "passed"]) == check.passed
     assert checks.loc[0, "rise_last_quarter"] == pytest.approx(checks.loc[0, "fit_at_end"] - checks.loc[0, "fit_at_75"])
+
+
+def test_a_run_restored_from_the_record_reads_its_stored_training_curve(tmp_path):
+    """A working folder lost between sessions is restored from the record (results and scorings,
+    no run folder): the next batch on that seed reads the ERM arm's stored curve instead of asking
+    for a checkpoint that is gone (seed 40's batch of December 7 stopped on it)."""
+    import pandas as pd
+
+    from nnunet_dro.lab.arm_runs import ArmRuns
+    from nnunet_dro.lab.cohort_folder import Cohort, CohortFolder
+
+    arms = ArmRuns(CohortFolder(tmp_path, 991, "SyntheticFetalBenchmark", Cohort(8, 2, 16, 40),
+                                echo=lambda text: None))
+    folder = arms.arm_folder("ERM")
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps({"epochs": 800}))
+    row = {"method": "ERM", "case": "fetal_001", "region": "intra_axial_csf", "metric": "dice", "condition": "other"}
+    for name, value in (("per_case_training.csv", 98.8), ("per_case_training_epoch_600.csv", 98.3)):
+        pd.DataFrame([{**row, "value": value}]).to_csv(folder / name, index=False)
+    curve = arms.score_training_curve("ERM", "nnUNetTrainer_CPUBudget")
+    assert dict(zip(curve["epoch"], curve["value"])) == {600: 98.3, 800: 98.8}
+    (folder / "per_case_training_epoch_600.csv").unlink()  # the final scoring alone is no curve
+    with pytest.raises(UserError, match="no checkpoint_final.pth and no stored training-fit curve"):
+        arms.score_training_curve("ERM", "nnUNetTrainer_CPUBudget")

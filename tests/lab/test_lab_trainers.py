@@ -81,29 +81,7 @@ def test_the_record_keeps_no_arm_of_the_unreleased_version():
 
 
 def test_the_budget_draws_progress_png_every_tenth_epoch_and_the_last():
-    """nnU-Net's on_epoch_end draws progress.png; the budget lets it through on epochs 10, 20, ...
-    and the last only, and leaves the logger's own method in place after each epoch."""
-
-    class Logger:
-        def __init__(self):
-            self.drawn = []
-            self.epoch = None
-
-        def plot_progress_png(self, output_folder):
-            self.drawn.append(self.epoch)
-
-    class Base:  # the part of nnUNetTrainer.on_epoch_end that matters here
-        def on_epoch_end(self):
-            self.logger.epoch = self.current_epoch
-            self.logger.plot_progress_png("folder")
-            self.current_epoch += 1
-
-    class Twin(budget.CPUBudget, Base):
-        def __init__(self):  # no nnU-Net set-up: only the epoch end is exercised
-            self.logger, self.current_epoch, self.num_epochs, self.local_rank = Logger(), 0, 25, 1
-
-    twin = Twin()
-    for _ in range(25):
-        twin.on_epoch_end()
-    assert twin.logger.drawn == [9, 19, 24]
-    assert "plot_progress_png" not in vars(twin.logger)
+    """The pacing itself is ShortRun's (tests/training/test_train_short_run.py); the budget sets it
+    to every tenth epoch and the last, and keeps its kept-checkpoint step in front of it."""
+    assert budget.CPUBudget.short_plot_every == 10
+    assert "on_epoch_end" in vars(budget.CPUBudget) and "budget_plot_every" not in vars(budget.CPUBudget)

@@ -310,11 +310,17 @@ class ArmRuns:
         fold_dir = self.fold_folder(trainer, ARM_PLANS.get(arm, PLANS))
         final = self.score_further(arm, trainer, "training", device=device)
         if not (fold_dir / "checkpoint_final.pth").is_file():  # a run restored from the record: its scorings
-            stored = self.load_training_curve(arm)
-            if stored is None:
+            curve = self.load_training_curve(arm)
+            if curve is None:
                 raise UserError(f"{fold_dir}: no checkpoint_final.pth and no stored training-fit curve of arm {arm}")
-            trained = self.cohort_folder.fold_training_cases()
-            return stored if trained is None else stored[stored["case"].isin(trained)].reset_index(drop=True)
+        else:
+            curve = self._score_kept_networks(arm, trainer, fold_dir, final, device)
+        trained = self.cohort_folder.fold_training_cases()
+        return curve if trained is None else curve[curve["case"].isin(trained)].reset_index(drop=True)
+
+    def _score_kept_networks(self, arm: str, trainer: str, fold_dir: Path, final: pd.DataFrame,
+                             device: str) -> pd.DataFrame:
+        """The final network's scoring and each kept network's (scored once, then stored), column ``epoch``."""
         epochs = int(torch_epoch(fold_dir / "checkpoint_final.pth"))
         tables = [final.assign(epoch=epochs)]
         for epoch in sorted(int(p.stem.rsplit("_", 1)[1]) for p in fold_dir.glob("checkpoint_epoch_*.pth")):
@@ -327,9 +333,7 @@ class ArmRuns:
                                                    checkpoint=checkpoint_name(epoch))
                 write_text_atomic(stored, per_case.to_csv(index=False))
             tables.append(pd.read_csv(stored, dtype={"case": str}).assign(epoch=epoch))
-        curve = pd.concat(tables, ignore_index=True)
-        trained = self.cohort_folder.fold_training_cases()
-        return curve if trained is None else curve[curve["case"].isin(trained)].reset_index(drop=True)
+        return pd.concat(tables, ignore_index=True)
 
     def load_training_curve(self, arm: str) -> pd.DataFrame | None:
         """The stored scorings of :meth:`score_training_curve` (every kept network's and the final
@@ -370,8 +374,10 @@ class ArmRuns:
     def load_hd95(self, arm: str, cases: str = "large_test") -> pd.DataFrame | None:
         """The stored HD95 rows of :meth:`score_further` (``HD95_RESULTS``), or None (an arm
         scored before HD95 was, or a set not scored by it)."""
-        stored = self.arm_folder(arm) / HD95_RESULTS.get(cases, "")
-        return pd.read_csv(stored, dtype={"case": str}) if cases in HD95_RESULTS and stored.is_file() else None
+        if cases not in HD95_RESULTS:
+            return None
+        stored = self.arm_folder(arm) / HD95_RESULTS[cases]
+        return pd.read_csv(stored, dtype={"case": str}) if stored.is_file() else None
 
     def load_further(self, arm: str, cases: str) -> pd.DataFrame | None:
         """The stored result of :meth:`score_further`, or None."""

@@ -278,6 +278,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plane is not None and not -1 < args.plane < 1:
         raise UserError(f"--plane {args.plane}: must lie strictly between -1 and 1")
     budget = Budget(args.epochs, args.iterations, keep)
+    epochs = budget.epochs or CPUBudget.short_epochs  # the schedule the calibration tests read
     out = Path(args.output).resolve()
     runs_folder = out / "runs"
     record = None if args.export_record is None else Path(args.export_record).resolve()
@@ -349,7 +350,6 @@ def run(args: argparse.Namespace) -> int:
                         scored = scored[scored["case"].isin(trained)]
                     kept.append(scored.assign(seed=seed, method=arm))
             # an ERM run's exclusion test, while its fold folder is here (the converged regime)
-            epochs = budget.epochs or CPUBudget.short_epochs
             check = (arm_runs.store_calibration_check(arm, trainer, epochs) if not args.report_only
                      else None) or arm_runs.load_calibration_check(arm)
             if check is not None:
@@ -422,7 +422,7 @@ def run(args: argparse.Namespace) -> int:
     if curve_tables:
         curve_summary = training_fit_curve(pd.concat(curve_tables, ignore_index=True))
         write_text_atomic(out / "training_fit_curve.csv", curve_summary.to_csv(index=False))
-        plateau = plateau_rows(curve_summary, budget.epochs or CPUBudget.short_epochs)
+        plateau = plateau_rows(curve_summary, epochs)
     if checks or plateau:  # the calibration's (i) and (ii), one row per ERM run
         frames = [pd.DataFrame(rows) if rows else pd.DataFrame(columns=["seed", "arm"]) for rows in (plateau, checks)]
         write_text_atomic(out / "calibration_checks.csv",

@@ -6,8 +6,9 @@ environment variable.
 ``nnUNet_dro_short_run`` says otherwise: ``EPOCHS``, ``EPOCHSxITERATIONS`` or
 ``EPOCHSxITERATIONSxVALIDATION``; an empty field keeps the class's value (``x2``: its epochs, 2
 iterations). A class may also draw nnU-Net's ``progress.png`` less often (``short_plot_every``):
-drawing it costs 1-4 s of a busy CPU core, more than a short epoch, and no result depends on it. The lab's CPU-budget trainers are short runs too (:mod:`nnunet_dro.lab.budget`, their
-class values the benchmark's budget), so one variable shortens every one of them. The shipped
+drawing it costs 1-4 s of a busy CPU core, more than a short epoch, and no result depends on it.
+The lab's CPU-budget trainers are short runs too (:mod:`nnunet_dro.lab.budget`, their class
+values the benchmark's budget), so one variable shortens every one of them. The shipped
 trainers train the budget of their class, as nnU-Net's do, and refuse to start while the variable
 is set (:func:`refuse_unread_short_run`) rather than ignore it.
 

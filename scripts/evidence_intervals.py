@@ -44,7 +44,7 @@ import pandas as pd
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.runs import t_interval
-from nnunet_dro.lab import decision_rule
+from nnunet_dro.lab import calibration, decision_rule
 from nnunet_dro.lab.run_summary import majority_learned
 
 RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
@@ -263,6 +263,13 @@ RULES = {
                                                               "DROAdaptive_fromStart", "DiceTopK10"),
                                              current_default="DROAdaptive")),
 }
+#: the converged regime's decision (journal, pre-registration of December 6; its budget 1,600 epochs,
+#: December 7): Holm's family the four single-training arms and JTT
+CONVERGED_FAMILY = ("DROAdaptive", "DROAdaptive_f25_ermPhase", "DROAdaptive_errorSet", "DROAdaptive_errorSet_refresh70",
+                    "JTT")
+RULES["converged2d_125_1600"] = (CONVERGED_FAMILY, decision_rule.Rule(
+    primary="other intra_axial_csf p10", controls=CONTROLS, single_training=CONVERGED_FAMILY[:4],
+    current_default="DROAdaptive"))
 #: the arms of the converged regime's decision (journal, pre-registration of December 6): the default,
 #: `_f25_ermPhase`, JTT, issue 79's trainer and its refresh variant; the design's seeds are computed
 #: for this family, from the spread of the arms the record already holds of it
@@ -282,11 +289,65 @@ def seed_gains(runs: pd.DataFrame) -> pd.DataFrame:
     return arms[["method", "seed", "statistic", "gain"]].reset_index(drop=True)
 
 
-def record_gains(record: str) -> pd.DataFrame:
-    """A record's paired gains on the larger test set, over the seeds on which ERM learned the majority."""
-    runs = per_run_statistics(pd.read_csv(RECORD / record / PER_CASE["large_test"]))
-    kept = learned_seeds(pd.read_csv(RECORD / record / "runs.csv"))
+def counting_seeds(record: str) -> tuple[list[int], dict[int, str]]:
+    """The seeds a record's decision counts, and why each other seed does not. A record of the
+    converged regime carries its registered exclusion test (both ERM runs' verdicts on nnU-Net's
+    validation cases, ``calibration_checks.csv``); the decision regime's record counts the seeds on
+    which ERM learned the majority (:func:`learned_seeds`)."""
+    checks = RECORD / record / "calibration_checks.csv"
+    if checks.is_file():
+        return calibration.counting_seeds(pd.read_csv(checks))
+    runs = pd.read_csv(RECORD / record / "runs.csv")
+    kept = learned_seeds(runs)
+    return kept, {int(s): "ERM did not learn the majority" for s in sorted(set(runs["seed"])) if s not in kept}
+
+
+def record_gains(record: str, cases: str = "large_test") -> pd.DataFrame:
+    """A record's paired gains on ``cases`` (the larger test set by default), over its counting seeds."""
+    runs = per_run_statistics(pd.read_csv(RECORD / record / PER_CASE[cases]))
+    kept, _ = counting_seeds(record)
     return seed_gains(runs[runs["seed"].isin(kept)])
+
+
+#: the worst tenth of the rare group's HD95 (its 90th percentile: lower is better), the secondary the
+#: converged regime registered (journal, December 7)
+HD95_SECONDARY = ("other", "intra_axial_csf")
+
+
+def hd95_gains(record: str) -> pd.DataFrame:
+    """Per arm and counting seed: ERM's HD95 90th percentile of the rare group's hardest structure
+    minus the arm's (positive: the arm's worst tenth lies closer to the reference), from the record's
+    ``hd95_large_test.csv``; ERM's value is the mean over its runs on the seed."""
+    table = pd.read_csv(RECORD / record / "hd95_large_test.csv")
+    group, region = HD95_SECONDARY
+    part = table[(table["group"] == group) & (table["region"] == region)]
+    kept, _ = counting_seeds(record)
+    runs = pd.DataFrame({"method": [RUNS.get(a, (a, 1))[0] for a in part["method"]], "seed": part["seed"].astype(int),
+                         "statistic": f"{group} {region} HD95 p90", "value": part["p90"].astype(float)})
+    gains = seed_gains(runs[runs["seed"].isin(kept)])
+    gains["gain"] = -gains["gain"]  # lower is better: ERM's minus the arm's
+    return gains
+
+
+def secondary_table(record: str, arms: tuple[str, ...]) -> pd.DataFrame:
+    """The secondaries the rule reports beside its verdict, never used to pick: per arm, the paired
+    gain over ERM with its unadjusted 95 % t-interval over the counting seeds, for the other
+    minority's worst tenth, the rare group's worst tenth at the new centre and (where the record has
+    it) the rare group's HD95 worst tenth."""
+    parts = [record_gains(record).query("statistic == 'spina_bifida cerebellum p10'")]
+    if (RECORD / record / PER_CASE["shifted_test"]).is_file():
+        shifted = record_gains(record, "shifted_test").query("statistic == 'other intra_axial_csf p10'").copy()
+        shifted["statistic"] = "other intra_axial_csf p10, new centre"
+        parts.append(shifted)
+    if (RECORD / record / "hd95_large_test.csv").is_file():
+        parts.append(hd95_gains(record))
+    gains = pd.concat(parts, ignore_index=True)
+    rows = []
+    for (name, method), per_seed in gains[gains["method"].isin(arms)].groupby(["statistic", "method"], sort=False):
+        low, high = interval_over_seeds(per_seed["gain"].to_numpy())
+        rows.append({"statistic": name, "method": method, "seeds": len(per_seed),
+                     "gain": round(float(per_seed["gain"].mean()), 2), "ci_low": round(low, 2), "ci_high": round(high, 2)})
+    return pd.DataFrame(rows)
 
 
 def rule_verdict(record: str = "decision40_24_200",
@@ -408,8 +469,13 @@ def main(argv: list[str] | None = None) -> int:
                   "was written)")
         columns = ["method", "seeds", "gain", "ci_low", "ci_high", "holm_rank", "holm_p", "holm_low", "holm_high",
                    "worst_control", "lowest_control_bound", "primary_above_0", "controls_noninferior", "eligible"]
+        kept, excluded = counting_seeds(args.decision)
+        print(f"counting seeds ({len(kept)}): {' '.join(map(str, kept))}"
+              + "".join(f"; seed {seed} excluded: {why}" for seed, why in excluded.items()))
         print(verdict.arms[columns].round(2).to_string(index=False))
         print("\n".join(verdict.lines(rule)))
+        print("secondary statistics (reported beside, never used to pick; unadjusted 95 % intervals over seeds):")
+        print(secondary_table(args.decision, RULES[args.decision][0]).to_string(index=False))
         gains = record_gains(args.decision)
         print("design of the converged regime, from this record's spread of " + ", ".join(CARRIED_ARMS) + ":")
         print("\n".join(design_lines(gains[gains["method"].isin(CARRIED_ARMS)], rule.primary)))

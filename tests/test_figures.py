@@ -411,3 +411,53 @@ def test_readme_bottom_line_is_the_rules(stored):
     advice = readme.split("**Bottom line:** ")[1].split(":")[0]
     choosing = " ".join(CHOOSING.read_text().split())
     assert f"**The bottom line** (the README's): {advice}." in choosing
+
+
+def _converged_record(folder: Path, seeds: range, hd95_gain: float) -> None:
+    """A hand-made converged record: every arm of the converged family and ERM twice on ``seeds``;
+    each arm lifts the rare group's p10 by a seed-dependent amount and lowers its HD95 p90 by
+    ``hd95_gain``; seed 52's second ERM run fails the exclusion test and seed 53's has no verdict."""
+    rng = np.random.default_rng(0)
+    rows, hd95 = [], []
+    arms = ("ERM", "ERM_repeat") + SCRIPT.CONVERGED_FAMILY
+    for seed in seeds:
+        for arm in arms:
+            lift = 0.0 if arm.startswith("ERM") else 3.0 + seed % 3
+            for group, region in [("control", r) for r in ("white_matter", "intra_axial_csf", "cerebellum")] + [
+                    ("other", "intra_axial_csf"), ("spina_bifida", "cerebellum")]:
+                values = rng.uniform(80, 90, 20) + (lift if group != "control" else 0.0)
+                rows += [{"method": arm, "case": f"c{i}", "region": region, "metric": "dice", "value": v,
+                          "condition": group, "seed": seed} for i, v in enumerate(values)]
+            hd95.append({"seed": seed, "method": arm, "group": "other", "region": "intra_axial_csf", "n": 20,
+                         "mean": 2.0, "median": 1.5, "p90": 4.0 - (0.0 if arm.startswith("ERM") else hd95_gain)})
+    folder.mkdir()
+    pd.DataFrame(rows).to_csv(folder / "per_case_large_test.csv", index=False)
+    pd.DataFrame(hd95).to_csv(folder / "hd95_large_test.csv", index=False)
+    checks = [{"seed": s, "arm": a, "passed": not (s == 52 and a == "ERM_repeat")} for s in seeds
+              for a in ("ERM", "ERM_repeat") if not (s == 53 and a == "ERM_repeat")]
+    pd.DataFrame(checks).to_csv(folder / "calibration_checks.csv", index=False)
+
+
+def test_the_converged_decision_counts_the_stored_exclusion_test_and_reports_hd95_beside(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """On a converged record the rule counts only the seeds whose two ERM runs both passed the
+    stored exclusion test (never the test cases), and reports the secondaries beside the verdict:
+    the HD95 worst tenth as ERM's 90th percentile minus the arm's (lower is better)."""
+    _converged_record(tmp_path / "converged2d_125_1600", range(50, 62), hd95_gain=0.5)
+    monkeypatch.setattr(SCRIPT, "RECORD", tmp_path)
+    kept, excluded = SCRIPT.counting_seeds("converged2d_125_1600")
+    assert kept == [50, 51] + list(range(54, 62))
+    assert excluded == {52: "ERM_repeat failed the test", 53: "ERM_repeat has no stored verdict"}
+    gains = SCRIPT.record_gains("converged2d_125_1600")
+    assert sorted(set(gains["seed"])) == kept
+    hd95 = SCRIPT.hd95_gains("converged2d_125_1600")
+    assert np.allclose(hd95["gain"], 0.5) and set(hd95["method"]) == set(SCRIPT.CONVERGED_FAMILY)
+    secondary = SCRIPT.secondary_table("converged2d_125_1600", SCRIPT.CONVERGED_FAMILY).set_index(
+        ["statistic", "method"])
+    assert secondary.loc[("other intra_axial_csf HD95 p90", "JTT"), "gain"] == 0.5
+    assert (secondary["seeds"] == 10).all()
+    assert SCRIPT.main(["--decision", "converged2d_125_1600"]) == 0
+    out = capsys.readouterr().out
+    assert "counting seeds (10): 50 51 54" in out and "seed 52 excluded: ERM_repeat failed the test" in out
+    assert "secondary statistics (reported beside, never used to pick" in out
+    assert "other intra_axial_csf HD95 p90" in out and "a secondary reading" not in out

@@ -117,6 +117,35 @@ def seed_counts(erm_fold_dirs: Sequence[str | Path], subgroups: pd.DataFrame,
     return all(c.passed for c in checks), checks
 
 
+#: the two ERM runs of a seed the exclusion test reads (the noise floor's pair)
+ERM_RUNS = ("ERM", "ERM_repeat")
+
+
+def counting_seeds(checks: pd.DataFrame) -> tuple[list[int], dict[int, str]]:
+    """The exclusion test read from a record's ``calibration_checks.csv`` (one row per ERM run:
+    ``seed``, ``arm``, ``passed``): the seeds that count (both ERM runs stored and passed) and, for
+    every other seed, why not. A run without a stored verdict never counts: the verdict is written
+    while its fold folder exists and cannot be re-made from the record.
+
+    >>> checks = pd.DataFrame({"seed": [50, 50, 51, 51, 52], "arm": ["ERM", "ERM_repeat"] * 2 + ["ERM"],
+    ...                        "passed": [True, True, True, False, True]})
+    >>> counting_seeds(checks)
+    ([50], {51: 'ERM_repeat failed the test', 52: 'ERM_repeat has no stored verdict'})
+    """
+    kept, excluded = [], {}
+    for seed in sorted(int(s) for s in set(checks["seed"])):
+        runs = checks[checks["seed"] == seed].set_index("arm")["passed"]
+        missing = [arm for arm in ERM_RUNS if arm not in runs.index or pd.isna(runs[arm])]
+        failed = [arm for arm in ERM_RUNS if arm not in missing and not bool(runs[arm])]
+        if missing:
+            excluded[seed] = f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no stored verdict"
+        elif failed:
+            excluded[seed] = f"{', '.join(failed)} failed the test"
+        else:
+            kept.append(seed)
+    return kept, excluded
+
+
 def calibration_row(verdict: dict) -> dict:
     """A stored verdict (``arms/<ARM>/calibration_check.json``) as one flat table row.
 

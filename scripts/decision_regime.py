@@ -11,9 +11,15 @@ seed counts only where ERM learned the majority; seed 33 does not, hence seed 38
 The converged regime (issue 78: the 2D plane cohort, fold 0, the training fit on kept networks),
 its calibration on seeds 40-43 (never reported) and its decision on fresh seeds:
 
-    python scripts/decision_regime.py --regime converged --epochs 800 --seeds 40-43 \
-        --arms ERM,ERM_repeat,DROAdaptive --record data_docs/benchmark_record/converged2d_calibration_800
-    python scripts/decision_regime.py --regime converged --epochs 800 --seeds 50-65
+    python scripts/decision_regime.py --regime converged --epochs 1600 --seeds 40-43 \
+        --arms ERM,ERM_repeat,DROAdaptive --record data_docs/benchmark_record/converged2d_calibration_1600
+    python scripts/decision_regime.py --regime converged --epochs 1600 --seeds 50-65
+
+The dose-response runs (issue 78, item 1): the decision regime at 2x its budget on seeds 30, 31,
+32 and 34 (ERM, the default, Just Train Twice; networks kept every 50 epochs and scored on the
+training cases), record ``decision40_24_400``:
+
+    python scripts/decision_regime.py --regime dose --epochs 400 --seeds 30,31,32,34
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from nnunet_dro.lab.regime import (
     BASELINE,
     REGIMES,
     Scheduler,
+    dose_settings,
     finished,
     job_list,
     pinned_runner,
@@ -36,7 +43,8 @@ from nnunet_dro.lab.regime import (
 
 RECORDS = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
 #: each regime's record (the converged regime's is named by its budget)
-RECORD_NAMES = {"decision": "decision40_24_200", "converged": "converged2d_125_{epochs}"}
+RECORD_NAMES = {"decision": "decision40_24_200", "converged": "converged2d_125_{epochs}",
+                "dose": "decision40_24_{epochs}"}
 
 
 def seeds_from(text: str) -> list[int]:
@@ -53,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="decision: the 40-case 3D regime of December 5; converged: issue 78's 2D regime "
                              "(needs --epochs). Default: decision")
     parser.add_argument("--epochs", type=int, default=None,
-                        help="the converged regime's budget (its calibration's: 800 or 1600 epochs)")
+                        help="the converged regime's budget (its calibration's: 800 or 1600 epochs); the dose-response runs': 400 or 800")
     parser.add_argument("--seeds", required=True, help="30-37 or 30,31,35")
     parser.add_argument("--arms", default=None, help="Default: the regime's arms")
     parser.add_argument("--later-arms", default=None,
@@ -70,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.epochs is None:
             parser.error("--regime converged: give --epochs (the calibration's budget: 800 or 1600)")
         settings = {**settings, "--epochs": args.epochs}
+    elif args.regime == "dose":
+        if args.epochs not in (400, 800):
+            parser.error("--regime dose: give --epochs 400 (2x the decision regime's budget) or 800 (4x)")
+        settings = dose_settings(args.epochs)
     elif args.epochs is not None:
         parser.error("--epochs: the decision regime's budget is fixed (200 epochs)")
     name = RECORD_NAMES[args.regime].format(epochs=args.epochs)

@@ -50,8 +50,29 @@ CONVERGED_ARMS = ("ERM", "ERM_repeat", "DROAdaptive", "DROAdaptive_f25_ermPhase"
                   "DROAdaptive_errorSet_refresh70")
 #: the calibration's arms on seeds 40-43 (never reported): ERM twice and the default
 CALIBRATION_ARMS = ("ERM", "ERM_repeat", "DROAdaptive")
+#: the dose-response runs (issue 78, item 1; journal, December 6, written before them): the decision
+#: regime at 2x (400 epochs) or 4x (800) its budget, each arm's network kept every
+#: :data:`DOSE_STEP` epochs and scored on its own training cases
+DOSE = {**REGIME, "--training-fit": None}
+DOSE_ARMS = ("ERM", "DROAdaptive", "JTT")
+DOSE_STEP = 50
+
+
+def dose_settings(epochs: int) -> dict:
+    """The dose-response regime at ``epochs`` (400 or 800): networks kept every 50 epochs.
+
+    >>> dose_settings(400)["--keep-checkpoints"]
+    '12.5,25,37.5,50,62.5,75,87.5'
+    """
+    if epochs % DOSE_STEP or epochs <= DOSE_STEP:
+        raise ValueError(f"dose response: {epochs} epochs is not a multiple of {DOSE_STEP} above it")
+    return {**DOSE, "--epochs": epochs,
+            "--keep-checkpoints": ",".join(f"{100 * e / epochs:g}" for e in range(DOSE_STEP, epochs, DOSE_STEP))}
+
+
 #: the regimes by name (``scripts/decision_regime.py --regime``): settings, arms, later arms
-REGIMES = {"decision": (REGIME, ARMS, LATER_ARMS), "converged": (CONVERGED, CONVERGED_ARMS, ())}
+REGIMES = {"decision": (REGIME, ARMS, LATER_ARMS), "converged": (CONVERGED, CONVERGED_ARMS, ()),
+           "dose": (DOSE, DOSE_ARMS, ())}
 BENCHMARK = Path(__file__).resolve().parents[2] / "scripts" / "benchmark_robustness.py"
 
 

@@ -200,7 +200,27 @@ def test_decision_regime_script_needs_the_converged_budget(capsys):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     for argv, message in ((["--regime", "converged", "--seeds", "40"], "give --epochs"),
-                          (["--seeds", "30", "--epochs", "400"], "fixed (200 epochs)")):
+                          (["--seeds", "30", "--epochs", "400"], "fixed (200 epochs)"),
+                          (["--regime", "dose", "--seeds", "30", "--epochs", "600"], "give --epochs 400")):
         with pytest.raises(SystemExit) as exit_:
             module.main(argv)
         assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_dose_response_runs_are_the_decision_regime_at_2x_with_networks_every_50_epochs():
+    """Issue 78's item 1 as the journal fixes it: the decision regime's cohort and arms ERM, the
+    default and JTT, at 400 (or 800) epochs, every arm's network kept every 50 epochs and scored on
+    its own training cases."""
+    from nnunet_dro.lab.regime import DOSE_ARMS, REGIME, dose_settings
+
+    settings = dose_settings(400)
+    assert {k: v for k, v in settings.items() if k not in ("--epochs", "--keep-checkpoints", "--training-fit")} \
+        == {k: v for k, v in REGIME.items() if k != "--epochs"}
+    kept = [float(p) * 400 / 100 for p in settings["--keep-checkpoints"].split(",")]
+    assert kept == [50.0 * k for k in range(1, 8)]
+    assert [float(p) * 8 for p in dose_settings(800)["--keep-checkpoints"].split(",")] == [50.0 * k for k in range(1, 16)]
+    text = " ".join(benchmark_command(Job(30, "JTT"), Path("/out"), None, settings))
+    assert "--epochs 400" in text and "--training-fit" in text and "--arms ERM,JTT" in text
+    assert DOSE_ARMS == ("ERM", "DROAdaptive", "JTT")
+    with pytest.raises(ValueError, match="multiple of 50"):
+        dose_settings(420)

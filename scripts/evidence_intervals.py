@@ -44,7 +44,7 @@ import pandas as pd
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.runs import t_interval
-from nnunet_dro.lab import calibration, decision_rule
+from nnunet_dro.lab import calibration, decision_rule, regime
 from nnunet_dro.lab.run_summary import majority_learned
 
 RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record"
@@ -264,16 +264,15 @@ RULES = {
                                              current_default="DROAdaptive")),
 }
 #: the converged regime's decision (journal, pre-registration of December 6; its budget 1,600 epochs,
-#: December 7): Holm's family the four single-training arms and JTT
-CONVERGED_FAMILY = ("DROAdaptive", "DROAdaptive_f25_ermPhase", "DROAdaptive_errorSet", "DROAdaptive_errorSet_refresh70",
-                    "JTT")
+#: December 7): Holm's family is the regime's arms but ERM's two runs (the default, `_f25_ermPhase`,
+#: JTT, issue 79's trainer and its refresh variant); every one of them but JTT is one training
+CONVERGED_FAMILY = tuple(arm for arm in regime.CONVERGED_ARMS if arm not in calibration.ERM_RUNS)
 RULES["converged2d_125_1600"] = (CONVERGED_FAMILY, decision_rule.Rule(
-    primary="other intra_axial_csf p10", controls=CONTROLS, single_training=CONVERGED_FAMILY[:4],
-    current_default="DROAdaptive"))
-#: the arms of the converged regime's decision (journal, pre-registration of December 6): the default,
-#: `_f25_ermPhase`, JTT, issue 79's trainer and its refresh variant; the design's seeds are computed
-#: for this family, from the spread of the arms the record already holds of it
-CONVERGED_ARMS = 5
+    primary="other intra_axial_csf p10", controls=CONTROLS,
+    single_training=tuple(arm for arm in CONVERGED_FAMILY if arm != "JTT"), current_default="DROAdaptive"))
+#: the size of that family: the design's seeds are computed for it, from the spread of the arms the
+#: record already holds of it
+CONVERGED_ARMS = len(CONVERGED_FAMILY)
 CARRIED_ARMS = ("DROAdaptive", "DROAdaptive_f25_ermPhase", "JTT")
 
 

@@ -206,7 +206,7 @@ def plateau_rows(curve: pd.DataFrame, epochs: int) -> list[dict]:
     [{'seed': 40, 'arm': 'ERM', 'fit_at_75': 98.3, 'fit_at_end': 98.8, 'rise_last_quarter': 0.5, 'plateaued': True}]
     """
     part = curve[(curve["group"] == PLATEAU_GROUP) & (curve["region"] == PLATEAU_REGION)
-                 & curve["method"].isin(["ERM", "ERM_repeat"])]
+                 & curve["method"].isin(ERM_RUNS)]
     rows = []
     for (arm, seed), run in part.groupby(["method", "seed"], sort=True):
         fit = dict(zip(run["epoch"].astype(int), run["mean"].astype(float)))

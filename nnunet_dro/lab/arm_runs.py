@@ -253,6 +253,9 @@ class ArmRuns:
                                            device)
         summary = {"arm": arm, "trainer": trainer, "plans": self.plans_for(arm), "seed": seed,
                    "cohort": asdict(cohort.cohort), "budget": asdict(budget), "train_seconds": round(train_seconds, 1),
+                   # nnU-Net's augmentation processes (0: in the training process): same transforms,
+                   # another random stream and another cost per epoch, so the record says which
+                   "augmentation_processes": int(cohort.env["nnUNet_n_proc_DA"]),
                    **training_summary(fold_dir), "control_mean_dice": majority_means(per_case)}
         write_text_atomic(self.arm_folder(arm) / "per_case.csv", per_case.to_csv(index=False))
         write_text_atomic(self.arm_folder(arm) / "result.json", json.dumps(summary, indent=2, default=float))

@@ -761,7 +761,9 @@ def test_two_processes_train_the_arms_of_one_seed_side_by_side(shared_run):
     assert all("nnUNetv2_train 991" in text for text in shared_run.outputs)
     assert (shared_run.seed / "arms" / "DROAdaptive" / "train_seconds.txt").is_file()
     assert "nnUNetv2_train" not in shared_run.report  # nothing trained again
-    assert set(pd.read_csv(shared_run.out / "runs.csv")["arm"]) == {"ERM", "DROAdaptive", "TopK10", "JTT"}
+    runs = pd.read_csv(shared_run.out / "runs.csv")
+    assert set(runs["arm"]) == {"ERM", "DROAdaptive", "TopK10", "JTT"}
+    assert (runs["augmentation_processes"] == 0).all()  # nnUNet_n_proc_DA of the runs, on the record
 
 
 @pytest.mark.slow

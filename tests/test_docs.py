@@ -19,6 +19,7 @@ import argparse
 import ast
 import functools
 import importlib
+import itertools
 import re
 import shlex
 import subprocess
@@ -87,7 +88,8 @@ def inline_code(page: Path) -> list[tuple[int, str]]:
 
 def split_commands(text: str) -> list[list[str]]:
     """Shell text -> commands (token lists): continuation lines joined, comments dropped, ``$(...)``
-    substitutions taken out as commands of their own, split at ``&&``, ``||``, ``;`` and ``|``."""
+    substitutions taken out as commands of their own, split at ``&&``, ``||``, ``;`` and ``|``, leading
+    ``VAR=value`` assignments dropped."""
     commands = []
     for line in text.replace("\\\n", " ").splitlines():
         for inner in re.findall(r"\$\(([^()]*)\)", line):
@@ -103,6 +105,9 @@ def split_commands(text: str) -> list[list[str]]:
             else:
                 current.append(token)
         commands.append(current)
+    # `VAR=value command ...`: the shell's environment for one command; the command is what is checked
+    commands = [list(itertools.dropwhile(lambda token: re.fullmatch(r"[A-Za-z_]\w*=\S*", token), c))
+                for c in commands]
     return [c for c in commands if c]
 
 

@@ -190,6 +190,9 @@ class ArmRuns:
                                           "-device", device, *resume], env, echo=show, log_file=cohort.log_file)
             self.arm_folder(arm).mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.arm_folder(arm) / "train_seconds.txt", f"{time.perf_counter() - tic:.1f}\n")
+            # nnU-Net's augmentation processes of the run that trained it (0: in the training
+            # process): same transforms, another random stream and cost, so the record says which
+            write_text_atomic(self.arm_folder(arm) / "augmentation_processes.txt", f"{env['nnUNet_n_proc_DA']}\n")
         return time.perf_counter() - tic
 
     def jtt_table(self, device: str = "cpu") -> Path:
@@ -245,17 +248,18 @@ class ArmRuns:
             return self.load(arm)
         fold_dir = self.fold_folder(trainer, self.plans_for(arm))
         self.train_arm(arm, trainer, seed, budget, device, show)
-        times_file = self.arm_folder(arm) / "train_seconds.txt"  # the time of the run that trained it
+        # the time and augmentation processes of the run that trained it (absent: trained before they were kept)
+        times_file = self.arm_folder(arm) / "train_seconds.txt"
         train_seconds = float(times_file.read_text()) if times_file.is_file() else float("nan")
+        workers_file = self.arm_folder(arm) / "augmentation_processes.txt"
+        workers = int(workers_file.read_text()) if workers_file.is_file() else None
         cohort = self.cohort_folder
         per_case = self._predict_and_score(arm, trainer, cohort.raw / "imagesTs", cohort.raw / "labelsTs",
                                            cohort.folder / "subgroups_test.tsv", self.arm_folder(arm) / "predictions",
                                            device)
         summary = {"arm": arm, "trainer": trainer, "plans": self.plans_for(arm), "seed": seed,
                    "cohort": asdict(cohort.cohort), "budget": asdict(budget), "train_seconds": round(train_seconds, 1),
-                   # nnU-Net's augmentation processes (0: in the training process): same transforms,
-                   # another random stream and another cost per epoch, so the record says which
-                   "augmentation_processes": int(cohort.env["nnUNet_n_proc_DA"]),
+                   "augmentation_processes": workers,
                    **training_summary(fold_dir), "control_mean_dice": majority_means(per_case)}
         write_text_atomic(self.arm_folder(arm) / "per_case.csv", per_case.to_csv(index=False))
         write_text_atomic(self.arm_folder(arm) / "result.json", json.dumps(summary, indent=2, default=float))

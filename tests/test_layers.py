@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nnunet_dro"
 #: layer of each top-level part (a part may import any part of a lower layer, and itself)
 LAYERS = {
     "__init__": 0, "errors": 0,
-    "atomic": 1, "tables": 1,
+    "atomic": 1, "tables": 1, "processes": 1,
     "sampling": 2, "data": 2,
     "weighting": 3, "evaluation": 3,
     "discovery": 4,  # imports evaluation, data, tables; never training or workflows

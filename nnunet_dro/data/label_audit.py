@@ -33,13 +33,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from nnunet_dro.errors import UserError
+from nnunet_dro.processes import map_in_processes
 
 #: fewest cases (with the structure) for a volume fence: quartiles of fewer say little
 MIN_CASES_FOR_FENCES = 8
@@ -98,11 +98,9 @@ def label_volumes(labels_dir: str | os.PathLike, labels: dict[str, list[int]], f
     with tqdm(total=len(jobs), desc="Reading labels", unit="case", file=sys.stderr, disable=not progress,
               leave=False) as bar:
         if num_processes > 1 and len(jobs) > 1:
-            with Pool(min(num_processes, len(jobs))) as pool:
-                rows = []
-                for row in pool.imap(_case_volumes, jobs):  # imap keeps the order and reports each case
-                    rows.append(row)
-                    bar.update()
+            rows = map_in_processes(_case_volumes, jobs, [job[0] for job in jobs], min(num_processes, len(jobs)),
+                                    on_result=lambda row: bar.update(),
+                                    preload=[__name__, "nnunet_dro.data.nifti", "nnunet_dro.data.raw_dataset"])
         else:
             rows = []
             for job in jobs:

@@ -19,7 +19,6 @@ import dataclasses
 import os
 import sys
 from dataclasses import dataclass
-from multiprocessing import Pool
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -31,6 +30,7 @@ from nnunet_dro.errors import UserError
 from nnunet_dro.evaluation.crossval import dataset_labels_folder, gather_validation, is_trainer_folder
 from nnunet_dro.evaluation.io import check_same_geometry, list_segmentations, read_segmentation
 from nnunet_dro.evaluation.regions import Region
+from nnunet_dro.processes import map_in_processes
 
 HARDNESS_FILE = "dro_hardness.csv"
 METHOD = "discover"
@@ -186,11 +186,9 @@ def discover(prediction: str, reference: str | None, output: str | None,
                disable=not o.progress, leave=False)
     try:
         if processes > 1 and len(jobs) > 1:
-            with Pool(min(processes, len(jobs))) as pool:
-                per_region = {}
-                for case, values in pool.imap_unordered(_case_region_features, jobs, chunksize=4):
-                    per_region[case] = values
-                    bar.update()
+            pairs = map_in_processes(_case_region_features, jobs, cases, min(processes, len(jobs)),
+                                     on_result=lambda pair: bar.update(), preload=[__name__])
+            per_region = dict(pairs)
         else:
             per_region = {}
             for job in jobs:

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 
 from eval_testdata import PYTHON, make_cohort
-from nnunet_dro.evaluation.metrics import CaseTask
-from nnunet_dro.evaluation.workers import _dead_worker_message
+from nnunet_dro.processes import dead_worker_message
 from proc_tools import (
     SHM,
     RunningCli,
@@ -157,9 +156,8 @@ def test_killed_worker_is_a_prompt_one_line_exit_2_naming_the_case(big_cohort, t
     ([-11, -12, -11], ["case_000", "case_001", "case_002"], "between two cases"),
 ])
 def test_dead_worker_message_names_the_cases_in_flight(reading, received, where):
-    tasks = [CaseTask(case=f"case_{i:03d}", reference=f"r{i}.nii.gz", predictions=())
-             for i in range(len(reading))]
-    message = _dead_worker_message(tasks, reading, {case: None for case in received})
+    cases = [f"case_{i:03d}" for i in range(len(reading))]
+    message = dead_worker_message(cases, reading, set(received))
     assert message.startswith(f"a worker process died {where} (killed by a signal"), message
     assert "\n" not in message
 

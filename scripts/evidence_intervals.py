@@ -8,6 +8,7 @@ Usage (reads only data_docs/benchmark_record/, trains nothing; a few seconds)::
     python scripts/evidence_intervals.py --check    # exit 1 if the stored table is not what the record gives
     python scripts/evidence_intervals.py --markdown decision40_24_200 --cases shifted_test   # at the new centre
     python scripts/evidence_intervals.py --decision   # issue 78's rule on the decision regime's counting seeds
+    python scripts/evidence_intervals.py --dose       # issue 78's dose-response, read by its registered rule
 
 Per record, seed and run, five statistics of the Dice (in percent) on the larger test set (100
 further test cases per group): the spina bifida cerebellum p10, the "other" intra-axial CSF p10
@@ -371,6 +372,108 @@ def design_lines(gains: pd.DataFrame, primary: str, arms: int = CONVERGED_ARMS) 
             f"(+{decision_rule.detectable_gain(sd, needed, 0.05 / arms):.1f})"]
 
 
+#: the dose-response (issue 78, item 1; journal, December 6): the decision regime's arms ERM, the
+#: default and JTT's second stage at 1x and 2x its budget on its first four counting seeds, read by
+#: ``calibration.dose_response_reading`` on the primary statistic
+DOSE = {"records": {"1x": "decision40_24_200", "2x": "decision40_24_400"}, "seeds": (30, 31, 32, 34),
+        "arms": ("DROAdaptive", "JTT"), "budget_2x": 400}
+PRIMARY = "other intra_axial_csf p10"
+
+
+def dose_gains(record_dir: Path, seeds: tuple[int, ...]) -> pd.DataFrame:
+    """One record's paired gains on the larger test set over ``seeds`` (every one must be there:
+    the reading compares the same seeds at both budgets)."""
+    runs = per_run_statistics(pd.read_csv(record_dir / PER_CASE["large_test"]))
+    missing = sorted(set(seeds) - set(runs.loc[runs["method"] == "ERM", "seed"]))
+    if missing:
+        raise UserError(f"--dose: {record_dir.name} has no ERM run on seed(s) {missing}")
+    return seed_gains(runs[runs["seed"].isin(seeds)])
+
+
+def dose_table(record: Path = RECORD, dose: dict = DOSE) -> pd.DataFrame:
+    """Per arm and statistic: the gains over ERM per seed at 1x and 2x, their means, and for the
+    primary statistic the registered reading (holds / shrinks / vanishes); for a control region
+    whether its mean gain at 2x stays above -1 point (the prediction's "within 1 point")."""
+    seeds = tuple(dose["seeds"])
+    gains = {budget: dose_gains(record / name, seeds) for budget, name in dose["records"].items()}
+    rows = []
+    for method in dose["arms"]:
+        for group, region, name in STATISTICS:
+            statistic_name = f"{group} {region} {name}"
+            per_budget = {}
+            for budget, table in gains.items():
+                part = table[(table["method"] == method) & (table["statistic"] == statistic_name)].set_index("seed")
+                absent = [s for s in seeds if s not in part.index]
+                if absent:
+                    raise UserError(f"--dose: {dose['records'][budget]} has no {method} run on seed(s) {absent}")
+                per_budget[budget] = part.loc[list(seeds), "gain"].to_numpy(dtype=float)
+            one, two = per_budget["1x"], per_budget["2x"]
+            if statistic_name == PRIMARY:
+                reading = calibration.dose_response_reading(one, two)
+            elif group == "control":
+                reading = "within 1 point at 2x" if two.mean() > -decision_rule.MARGIN else "costs 1 point or more at 2x"
+            else:
+                reading = ""
+            rows.append({"method": method, "statistic": statistic_name, "seeds": " ".join(map(str, seeds)),
+                         "gain_per_seed_1x": " ".join(f"{g:+.1f}" for g in one), "mean_1x": round(float(one.mean()), 2),
+                         "gain_per_seed_2x": " ".join(f"{g:+.1f}" for g in two), "mean_2x": round(float(two.mean()), 2),
+                         "reading": reading})
+    return pd.DataFrame(rows)
+
+
+def dose_fit_table(record: Path = RECORD, dose: dict = DOSE) -> pd.DataFrame:
+    """Per arm run and seed: the "other" group's training-set intra-axial CSF Dice (the mean over its
+    3 training cases) at the end of the 1x runs, and along the 2x runs (every network kept),
+    with the 2x ERM runs' rise over their last quarter: 4x is trained only where an ERM run rises by
+    ``calibration.PLATEAU_RISE`` or more there."""
+    group, region = calibration.PLATEAU_GROUP, calibration.PLATEAU_REGION
+    seeds = list(dose["seeds"])
+    one = pd.read_csv(record / dose["records"]["1x"] / "training_fit.csv")
+    one = one[(one["group"] == group) & (one["region"] == region) & one["seed"].isin(seeds)]
+    curve = pd.read_csv(record / dose["records"]["2x"] / "training_fit_curve.csv")
+    curve = curve[(curve["group"] == group) & (curve["region"] == region) & curve["seed"].isin(seeds)]
+    epochs = int(dose["budget_2x"])
+    rows = []
+    for method in ("ERM", "ERM_repeat", *dose["arms"]):
+        for seed in seeds:
+            at_1x = one.loc[(one["method"] == method) & (one["seed"] == seed), "training_mean"]
+            along = curve[(curve["method"] == method) & (curve["seed"] == seed)]
+            if at_1x.empty and along.empty:
+                continue
+            fit = dict(zip(along["epoch"].astype(int), along["mean"].astype(float)))
+            row = {"method": method, "seed": seed,
+                   "fit_1x_end": round(float(at_1x.iloc[0]), 2) if len(at_1x) else np.nan}
+            row.update({f"fit_2x_epoch_{e}": round(v, 2) for e, v in sorted(fit.items())})
+            if fit and epochs in fit:
+                rise = calibration.last_quarter_rise(fit, epochs)
+                row["rise_last_quarter_2x"] = round(rise, 2)
+                row["plateaued_2x"] = bool(rise < calibration.PLATEAU_RISE)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def dose_lines(record: Path = RECORD, dose: dict = DOSE) -> list[str]:
+    """The dose-response's reading in words and tables (``--dose``)."""
+    table, fit = dose_table(record, dose), dose_fit_table(record, dose)
+    erm = fit[fit["method"] == "ERM"]
+    if "plateaued_2x" not in erm or erm["plateaued_2x"].isna().any():
+        raise UserError("--dose: an ERM run at 2x has no training-fit value at its last epoch or at 75 %")
+    rising = erm[~erm["plateaued_2x"].astype(bool)]
+    four = ("4x is to be trained: ERM's training-set Dice on its rare cases still rises by "
+            f"{calibration.PLATEAU_RISE:g} point or more over the last quarter at 2x on seed(s) "
+            + ", ".join(str(s) for s in rising["seed"]) if len(rising) else
+            f"4x is not needed: on every seed ERM's training-set Dice on its rare cases rises by less than "
+            f"{calibration.PLATEAU_RISE:g} point over the last quarter at 2x")
+    primary = table[table["statistic"] == PRIMARY]
+    words = [f"{m}: the primary gain {r} ({a:+.1f} at 1x, {b:+.1f} at 2x)"
+             for m, r, a, b in zip(primary["method"], primary["reading"], primary["mean_1x"], primary["mean_2x"])]
+    return [f"dose-response on seeds {' '.join(map(str, dose['seeds']))} (1x {dose['records']['1x']}, "
+            f"2x {dose['records']['2x']}; gains over ERM on the larger test set, ERM the mean of its runs on the seed)",
+            table.to_string(index=False), "",
+            "the \"other\" group's training-set intra-axial CSF Dice (mean over its training cases):",
+            fit.to_string(index=False), "", *words, four]
+
+
 def short_cell(table: pd.DataFrame, record: str, method: str, statistic: str, baseline: str = "ERM") -> str:
     """``+5.7 (0.2 to 11.2)``: one stored cell, as the pages quote it."""
     rows = table[(table["record"] == record) & (table["method"] == method) & (table["statistic"] == statistic)
@@ -452,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decision", nargs="?", const="decision40_24_200", metavar="RECORD",
                         help="issue 78's rule on a record's counting seeds (default: the decision regime, a "
                              "secondary reading of seeds read before the rule was written)")
+    parser.add_argument("--dose", action="store_true",
+                        help="issue 78's dose-response: the default's and JTT's gains at 1x and 2x the decision "
+                             "regime's budget, read by the registered rule, and ERM's fit of its rare training cases")
     parser.add_argument("--bottom-line", action="store_true", help="print the README's bottom line, from the rule")
     parser.add_argument("--markdown", metavar="RECORD[:BASELINE[:METHOD,...]]", help="print one record's docs table")
     parser.add_argument("--cases", choices=tuple(PER_CASE), default="large_test",
@@ -478,6 +584,13 @@ def main(argv: list[str] | None = None) -> int:
         gains = record_gains(args.decision)
         print("design of the converged regime, from this record's spread of " + ", ".join(CARRIED_ARMS) + ":")
         print("\n".join(design_lines(gains[gains["method"].isin(CARRIED_ARMS)], rule.primary)))
+        return 0
+    if args.dose:
+        try:
+            print("\n".join(dose_lines()))
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         return 0
     tables = {cases: evidence_table(cases) for cases in PER_CASE}
     table = tables["large_test"]

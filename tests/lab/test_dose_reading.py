@@ -1,0 +1,111 @@
+"""``scripts/evidence_intervals.py --dose`` on hand-made records: the dose-response's registered
+reading (journal, December 6: holds / shrinks / vanishes on the primary, controls within 1 point,
+4x only where ERM's rare training cases still rise over the last quarter at 2x)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nnunet_dro.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+SEEDS = (30, 31, 32, 34)
+REGIONS = ("white_matter", "intra_axial_csf", "cerebellum")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("evidence_intervals_dose", ROOT / "scripts" / "evidence_intervals.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SCRIPT = _script()
+
+
+def _per_case(shift: dict[tuple[str, str, str], float]) -> pd.DataFrame:
+    """Ten cases per group; every Dice 80 (90 for controls) plus ``shift[(method, group, region)]``
+    on every case, so a p10 or mean moves by exactly that shift."""
+    rows = []
+    for method in ("ERM", "ERM_repeat", "DROAdaptive", "JTT"):
+        for seed in SEEDS:
+            for group in ("control", "spina_bifida", "other"):
+                for case in range(10):
+                    for region in REGIONS:
+                        base = 90.0 if group == "control" else 80.0
+                        value = base + shift.get((method, group, region), 0.0) + (seed - 30) * 0.1
+                        rows.append({"method": method, "case": f"{group}_{case}", "region": region, "metric": "dice",
+                                     "value": value, "condition": group, "seed": seed})
+    return pd.DataFrame(rows)
+
+
+def _fit(record: Path, one: bool, rise: float) -> None:
+    rows = [{"method": m, "seed": s, "group": "other", "region": "intra_axial_csf", "n_training": 3,
+             "training_mean": 70.0, "training_p10": 65.0, "test_mean": 68.0, "test_p10": 60.0}
+            for m in ("ERM", "ERM_repeat", "DROAdaptive", "JTT") for s in SEEDS]
+    pd.DataFrame(rows).to_csv(record / "training_fit.csv", index=False)
+    if not one:
+        curve = [{"method": m, "seed": s, "epoch": e, "group": "other", "region": "intra_axial_csf", "n": 3,
+                  "mean": {200: 75.0, 300: 80.0, 400: 80.0 + (rise if s == 34 else 0.2)}[e], "p10": 60.0}
+                 for m in ("ERM", "DROAdaptive", "JTT") for s in SEEDS for e in (200, 300, 400)]
+        pd.DataFrame(curve).to_csv(record / "training_fit_curve.csv", index=False)
+
+
+def _records(tmp_path: Path, gain_1x: float, gain_2x: float, control_2x: float = 0.0, rise: float = 0.3) -> Path:
+    for name, gain, control, one in (("r1", gain_1x, 0.0, True), ("r2", gain_2x, control_2x, False)):
+        record = tmp_path / name
+        record.mkdir()
+        shift = {("DROAdaptive", "other", "intra_axial_csf"): gain, ("JTT", "other", "intra_axial_csf"): 2 * gain,
+                 ("DROAdaptive", "control", "cerebellum"): control}
+        table = _per_case(shift)
+        if name == "r2":  # one ERM run at 2x, as the dose-response trains
+            table = table[table["method"] != "ERM_repeat"]
+        table.to_csv(record / "per_case_large_test.csv", index=False)
+        _fit(record, one, rise)
+    return tmp_path
+
+
+DOSE = {"records": {"1x": "r1", "2x": "r2"}, "seeds": SEEDS, "arms": ("DROAdaptive", "JTT"), "budget_2x": 400}
+
+
+@pytest.mark.parametrize("gain_1x, gain_2x, reading", [
+    (10.0, 6.0, "holds"), (10.0, 5.0, "holds"), (10.0, 4.0, "shrinks"), (10.0, 0.0, "vanishes"),
+    (10.0, -3.0, "vanishes"), (0.0, 5.0, "no gain at 1x")])
+def test_the_primary_is_read_by_the_registered_rule(tmp_path, gain_1x, gain_2x, reading):
+    table = SCRIPT.dose_table(_records(tmp_path, gain_1x, gain_2x), DOSE)
+    row = table[(table["method"] == "DROAdaptive") & (table["statistic"] == SCRIPT.PRIMARY)].iloc[0]
+    assert row["reading"] == reading
+    assert row["mean_1x"] == pytest.approx(gain_1x) and row["mean_2x"] == pytest.approx(gain_2x)
+    assert row["gain_per_seed_2x"] == " ".join([f"{gain_2x:+.1f}"] * 4)
+
+
+@pytest.mark.parametrize("cost, words", [(-0.9, "within 1 point at 2x"), (-1.0, "costs 1 point or more at 2x")])
+def test_a_control_cost_is_read_against_one_point(tmp_path, cost, words):
+    table = SCRIPT.dose_table(_records(tmp_path, 10.0, 6.0, control_2x=cost), DOSE)
+    row = table[(table["method"] == "DROAdaptive") & (table["statistic"] == "control cerebellum mean")].iloc[0]
+    assert row["reading"] == words and row["mean_2x"] == pytest.approx(cost)
+
+
+@pytest.mark.parametrize("rise, four", [(0.99, "4x is not needed"), (1.0, "4x is to be trained")])
+def test_4x_is_asked_for_only_where_an_erm_run_still_rises(tmp_path, rise, four):
+    lines = SCRIPT.dose_lines(_records(tmp_path, 10.0, 6.0, rise=rise), DOSE)
+    assert lines[-1].startswith(four)
+    assert lines[-1].endswith("34") == (rise >= 1.0)
+    fit = SCRIPT.dose_fit_table(tmp_path, DOSE)
+    erm = fit[(fit["method"] == "ERM") & (fit["seed"] == 34)].iloc[0]
+    assert erm["fit_1x_end"] == 70.0 and erm["fit_2x_epoch_300"] == 80.0
+    assert erm["rise_last_quarter_2x"] == pytest.approx(rise)
+    assert np.isnan(fit[fit["method"] == "ERM_repeat"]["rise_last_quarter_2x"]).all()  # no 2x run of it
+
+
+def test_a_seed_missing_at_one_budget_is_an_error_naming_it(tmp_path):
+    records = _records(tmp_path, 10.0, 6.0)
+    table = pd.read_csv(records / "r2" / "per_case_large_test.csv")
+    table[~((table["method"] == "JTT") & (table["seed"] == 32))].to_csv(records / "r2" / "per_case_large_test.csv",
+                                                                        index=False)
+    with pytest.raises(UserError, match=r"r2 has no JTT run on seed\(s\) \[32\]"):
+        SCRIPT.dose_table(records, DOSE)

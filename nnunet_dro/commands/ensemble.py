@@ -10,8 +10,9 @@ Example (the paper's workflow, after training 5 folds of each trainer)::
 from __future__ import annotations
 
 import argparse
+import os
 
-from nnunet_dro.commands.arg_types import dataset_id_or_name, positive_int
+from nnunet_dro.commands.arg_types import dataset_id_or_name, non_negative_int, positive_int
 from nnunet_dro.commands.evaluation_options import (
     add_group_arguments,
     add_reference_argument,
@@ -51,8 +52,11 @@ def register(subparsers) -> None:
                         help="device for nnUNetv2_predict. Default: cuda")
     parser.add_argument("--disable_tta", action="store_true",
                         help="no test-time mirroring in nnUNetv2_predict (faster, slightly less accurate)")
-    parser.add_argument("-npp", type=positive_int, default=3, help="nnUNetv2_predict preprocessing processes. Default: 3")
-    parser.add_argument("-nps", type=positive_int, default=3, help="nnUNetv2_predict export processes. Default: 3")
+    parser.add_argument("-npp", type=non_negative_int, default=None,
+                        help="nnUNetv2_predict preprocessing processes (0 with -nps 0: nnU-Net's sequential "
+                             "prediction, no worker processes). Default: nnUNet_npp or 3")
+    parser.add_argument("-nps", type=non_negative_int, default=None,
+                        help="nnUNetv2_predict export processes. Default: nnUNet_nps or 3")
     parser.add_argument("-np", dest="num_processes", type=positive_int, default=None, metavar="N",
                         help="processes for nnUNetv2_ensemble and the evaluation. Default: nnUNet_def_n_proc or 8")
     evaluation = parser.add_argument_group("evaluation (as in `nnunet_dro evaluate`)")
@@ -60,6 +64,27 @@ def register(subparsers) -> None:
     add_group_arguments(evaluation)
     add_scoring_arguments(evaluation)
     parser.set_defaults(func=run)
+
+
+def predict_processes(given: int | None, variable: str) -> int:
+    """``-npp``/``-nps`` as ``nnUNetv2_predict`` reads them: the option, else its environment variable
+    (``nnUNet_npp``, ``nnUNet_nps``), else 3. A variable that is not an integer >= 0 is refused
+    (nnU-Net would fall back to 3 without a word).
+
+    >>> predict_processes(1, "nnUNet_npp"), predict_processes(None, "nnUNet_npp_unset_in_this_example")
+    (1, 3)
+    """
+    from nnunet_dro.errors import UserError
+
+    if given is not None:
+        return given
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return 3
+    try:
+        return non_negative_int(text)
+    except argparse.ArgumentTypeError:
+        raise UserError(f"{variable}={text!r}: expected an integer >= 0 (or unset: 3)") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     evaluation = evaluation_options(args) if args.ref else None
     settings = PredictionSettings(configuration=args.configuration, plans=args.plans, folds=args.folds,
                                   checkpoint=args.checkpoint, device=args.device, tta=not args.disable_tta,
-                                  npp=args.npp, nps=args.nps)
+                                  npp=predict_processes(args.npp, "nnUNet_npp"),
+                                  nps=predict_processes(args.nps, "nnUNet_nps"))
     plan = EnsemblePlan(members, settings, combine=combine, per_fold=args.per_fold,
                         num_processes=args.num_processes or default_num_processes())
     folders, result = run_ensemble(nnunet_environment(), args.dataset_id, args.images, args.output, plan,

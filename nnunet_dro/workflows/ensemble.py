@@ -123,7 +123,9 @@ class PredictionSettings:
     ``configuration``, ``plans``, ``folds`` and ``checkpoint`` pick the model files
     (``-c -p -f -chk``; the folds' probabilities are averaged); ``device``, ``tta`` (False:
     ``--disable_tta``, no mirroring: about 8x faster in 3D, slightly less accurate), ``npp`` and
-    ``nps`` (pre-processing and export processes) say how it runs; ``save_probabilities`` keeps the
+    ``nps`` (pre-processing and export processes; both 0: nnU-Net's sequential prediction in one
+    process, which ``nnUNetv2_predict`` runs when it is given ``-npp 0 -nps 0``, and never with one
+    of them 0) say how it runs; ``save_probabilities`` keeps the
     ``.npz`` files (and ``plans.json``/``dataset.json``) that ``nnUNetv2_ensemble`` averages. Folds
     are stored as strings, as nnU-Net's ``-f`` takes them; a variant is ``dataclasses.replace``.
 
@@ -132,10 +134,12 @@ class PredictionSettings:
     (('0', 'all'), ['--disable_progress_bar', '--disable_tta'])
     >>> replace(settings, folds=("1",)).folds
     ('1',)
+    >>> PredictionSettings(npp=0, nps=0).arguments()[-3:]
+    ['-nps', '0', '--disable_progress_bar']
     >>> PredictionSettings(npp=0)
     Traceback (most recent call last):
     ...
-    nnunet_dro.errors.UserError: -npp 0: expected a positive integer
+    nnunet_dro.errors.UserError: -npp 0 -nps 3: nnUNetv2_predict runs without worker processes only when both are 0
     """
 
     configuration: str = "3d_fullres"
@@ -162,8 +166,13 @@ class PredictionSettings:
         if self.device not in _DEVICES:
             raise UserError(f"-device {self.device!r}: choose one of {', '.join(_DEVICES)}")
         for option, value in (("-npp", self.npp), ("-nps", self.nps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UserError(f"{option} {value!r}: expected a positive integer")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise UserError(f"{option} {value!r}: expected an integer >= 0")
+        # nnU-Net predicts in one process only with both 0; with one of them 0 it starts the worker
+        # pools anyway and stops on an assertion (nnunetv2.inference.data_iterators)
+        if (self.npp == 0) != (self.nps == 0):
+            raise UserError(f"-npp {self.npp} -nps {self.nps}: nnUNetv2_predict runs without worker processes "
+                            "only when both are 0")
 
     def arguments(self) -> list[str]:
         """The options of ``nnUNetv2_predict`` these settings stand for (no ``-i -o -d -tr``)."""

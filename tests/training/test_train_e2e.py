@@ -84,10 +84,11 @@ def test_label_dataset_train_resume_validate_predict(label_dataset, test_trainer
              "-f", 0, "--disable_ensembling", "-np", 1], train_env(ds, test_trainer_dir, num_epochs=2))
     assert (ds.results / ds.folder_name / "inference_information.json").is_file()
 
-    # 4) inference with nnU-Net's predictor, which looks the trainer class up by name
+    # 4) inference with nnU-Net's predictor, which looks the trainer class up by name (in its own
+    # process: -npp 0 -nps 0 is nnU-Net's sequential mode; the worker pools run in test_train_export)
     out = tmp_path / "predictions"
     run_cli([BIN / "nnUNetv2_predict", "-i", ds.test_images, "-o", out, "-d", ds.dataset_id, "-c", "3d_fullres",
-             "-f", 0, "-tr", TRAINER, "-device", "cpu", "-npp", 1, "-nps", 1, "--disable_tta"],
+             "-f", 0, "-tr", TRAINER, "-device", "cpu", "-npp", 0, "-nps", 0, "--disable_tta"],
             train_env(ds, test_trainer_dir, num_epochs=2))
     assert (out / "test_000.nii.gz").is_file()
 

@@ -114,7 +114,7 @@ def test_the_refresh_variant_chooses_again_at_70_percent_and_exports_to_stock_nn
     ds = label_dataset
     results = tmp_path / "results"
     results.mkdir()
-    env = train_env(ds, test_trainer_dir, "4x6", skip_final_validation=False)
+    env = train_env(ds, test_trainer_dir, "4x6")  # nnU-Net's final validation: test_train_export's
     env["nnUNet_results"] = str(results)
     run_in([BIN / "nnUNetv2_train", ds.dataset_id, "3d_fullres", 0, "-tr", REFRESH, "-device", "cpu"], env, tmp_path)
     model_folder = results / ds.folder_name / f"{REFRESH}__nnUNetPlans__3d_fullres"
@@ -125,9 +125,10 @@ def test_the_refresh_variant_chooses_again_at_70_percent_and_exports_to_stock_nn
     log = check_fixed_after_the_erm_phase(model_folder / "fold_0", state)
     assert "DRO error set: 70 % of the 4 epochs reached (refresh): the hardest 20 % by stale loss" in log
 
-    # exported as nnUNetTrainer, stock nnU-Net (nnunet_dro not importable) predicts identically
+    # exported as nnUNetTrainer, stock nnU-Net (nnunet_dro not importable) predicts identically (both
+    # in nnU-Net's sequential mode; its worker pools are test_train_export's)
     predictions = tmp_path / "predictions_original"
-    run_in(predict_args(ds, predictions, REFRESH), env, tmp_path)
+    run_in(predict_args(ds, predictions, REFRESH, processes=0), env, tmp_path)
     zip_path = tmp_path / "exported.zip"
     run_in([BIN / "nnunet_dro", "export", "-d", ds.dataset_id, "-o", zip_path, "-c", "3d_fullres", "-tr", REFRESH,
             "-f", 0], env, tmp_path)
@@ -137,7 +138,7 @@ def test_the_refresh_variant_chooses_again_at_70_percent_and_exports_to_stock_nn
     stock = stock_only_env(model, stock_results)
     run_in([BIN / "nnUNetv2_install_pretrained_model_from_zip", zip_path], stock, tmp_path)
     out = tmp_path / "predictions_stock"
-    run_in(predict_args(ds, out, "nnUNetTrainer"), stock, tmp_path)
+    run_in(predict_args(ds, out, "nnUNetTrainer", processes=0), stock, tmp_path)
     seg, affine, probabilities = read_prediction(out)
     seg0, affine0, probabilities0 = read_prediction(predictions)
     assert np.array_equal(seg, seg0) and np.array_equal(affine, affine0)

@@ -53,9 +53,11 @@ def run_in(args, env, cwd, timeout=600):
     return proc
 
 
-def predict_args(ds, out, trainer):
+def predict_args(ds, out, trainer, processes=1):
+    """``nnUNetv2_predict`` of the test image; ``processes=0``: nnU-Net's sequential mode (``-npp 0
+    -nps 0``, no spawned worker pools, each of which imports torch and nnU-Net again)."""
     return [BIN / "nnUNetv2_predict", "-i", ds.test_images, "-o", out, "-d", ds.dataset_id, "-c", "3d_fullres",
-            "-f", 0, "-tr", trainer, "-device", "cpu", "-npp", 1, "-nps", 1, "--save_probabilities",
+            "-f", 0, "-tr", trainer, "-device", "cpu", "-npp", processes, "-nps", processes, "--save_probabilities",
             "--disable_progress_bar"]
 
 

@@ -55,9 +55,36 @@ def test_prediction_settings_are_nnunet_predict_options():
     with pytest.raises(AttributeError):
         settings.device = "cuda"  # frozen
     for options, match in [(dict(folds=()), "^-f: give at least one fold"), (dict(device="tpu"), "^-device 'tpu'"),
-                           (dict(npp=0), "^-npp 0"), (dict(nps=1.5), "^-nps 1.5"), (dict(plans=None), "^-p None")]:
+                           (dict(npp=-1), "^-npp -1"), (dict(nps=1.5), "^-nps 1.5"), (dict(plans=None), "^-p None"),
+                           (dict(npp=0), r"^-npp 0 -nps 3: nnUNetv2_predict runs without worker processes only when"),
+                           (dict(npp=2, nps=0), "^-npp 2 -nps 0:")]:
         with pytest.raises(UserError, match=match):
             PredictionSettings(**options)
+    # both 0: nnU-Net's sequential prediction (nnUNetv2_predict's own rule), passed through as given
+    sequential = PredictionSettings(npp=0, nps=0).arguments()
+    start = sequential.index("-npp")
+    assert sequential[start:start + 4] == ["-npp", "0", "-nps", "0"]
+
+
+@pytest.mark.parametrize("given, variable, expected", [(2, "7", 2), (None, "0", 0), (None, " 5 ", 5), (None, "", 3),
+                                                       (None, None, 3)])
+def test_predict_processes_read_the_option_then_nnunets_variable(monkeypatch, given, variable, expected):
+    from nnunet_dro.commands.ensemble import predict_processes
+
+    if variable is None:
+        monkeypatch.delenv("nnUNet_npp", raising=False)
+    else:
+        monkeypatch.setenv("nnUNet_npp", variable)
+    assert predict_processes(given, "nnUNet_npp") == expected
+
+
+@pytest.mark.parametrize("variable", ["three", "-1", "1.5"])
+def test_a_bad_predict_processes_variable_is_named(monkeypatch, variable):
+    from nnunet_dro.commands.ensemble import predict_processes
+
+    monkeypatch.setenv("nnUNet_nps", variable)
+    with pytest.raises(UserError, match=rf"^nnUNet_nps='{variable}': expected an integer >= 0"):
+        predict_processes(None, "nnUNet_nps")
 
 
 def test_ensemble_plan_names_and_checks():
@@ -153,9 +180,9 @@ def trained(tmp_path_factory):
     return root
 
 
-def _ensemble(root: Path, *args) -> subprocess.CompletedProcess:
+def _ensemble(root: Path, *args, **variables: str) -> subprocess.CompletedProcess:
     env = {"nnUNet_raw": str(root), "nnUNet_preprocessed": str(root), "nnUNet_results": str(root / "results"),
-           "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+           "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", **variables}
     return subprocess.run([sys.executable, "-m", "nnunet_dro", "ensemble", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=120)
 
@@ -179,6 +206,9 @@ BAD_ENSEMBLE_ARGUMENTS = {  # name -> (arguments replacing the defaults, expecte
                                     "input image folder {root}/labelsTs holds no images named like nnU-Net's "
                                     "CASE_0000.nii.gz"),
     "-np 0": ({"-np": "0"}, "argument -np: 0 is not a positive integer"),
+    "-npp 0 without -nps 0": ({"-npp": "0"}, "-npp 0 -nps 3: nnUNetv2_predict runs without worker processes only "
+                                             "when both are 0"),
+    "-nps -1": ({"-nps": "-1"}, "argument -nps: -1 is not an integer >= 0"),
     "-d 1000": ({"-d": "1000"}, "argument -d: 1000 is not a dataset ID (1-999)"),
 }
 
@@ -200,3 +230,12 @@ def test_cli_checks_every_argument_before_predicting_and_creates_nothing(trained
     if not message.startswith("argument "):  # argparse errors print the usage first; ours are one line
         assert done.stderr.strip().splitlines() == [last], done.stderr
     assert sorted(str(p) for p in trained.rglob("*")) == before  # nothing created (no predictions/ folder)
+
+
+def test_cli_names_a_bad_nnunet_nps_variable_and_creates_nothing(trained):
+    before = sorted(str(p) for p in trained.rglob("*"))
+    done = _ensemble(trained, "-d", "5", "-i", trained / "imagesTs", "-o", trained / "out", "-tr", "ERM=nnUNetTrainer",
+                     "-f", "0", "-device", "cpu", nnUNet_nps="three")
+    assert done.returncode == 2
+    assert done.stderr.strip() == "nnunet_dro ensemble: error: nnUNet_nps='three': expected an integer >= 0 (or unset: 3)"
+    assert sorted(str(p) for p in trained.rglob("*")) == before

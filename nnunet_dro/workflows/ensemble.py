@@ -169,7 +169,8 @@ class PredictionSettings:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise UserError(f"{option} {value!r}: expected an integer >= 0")
         # nnU-Net predicts in one process only with both 0; with one of them 0 it starts the worker
-        # pools anyway and stops on an assertion (nnunetv2.inference.data_iterators)
+        # pools anyway and fails after loading the model (-npp 0: an assertion in
+        # nnunetv2.inference.data_iterators; -nps 0: multiprocessing's Pool(0) ValueError)
         if (self.npp == 0) != (self.nps == 0):
             raise UserError(f"-npp {self.npp} -nps {self.nps}: nnUNetv2_predict runs without worker processes "
                             "only when both are 0")

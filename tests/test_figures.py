@@ -398,6 +398,22 @@ def test_issue_78_rule_on_the_decision_regime_is_a_secondary_reading(stored, cap
 
 
 
+def test_issue_79_reading_is_registered_and_held_back(capsys):
+    """Issue 79's secondary reading (journal, December 7, 20:10): the December 5 family plus its two
+    arms, seven in Holm's family, every one but JTT one training; it reads the decision regime's record,
+    and while that record holds the two arms back it is refused, naming them, so nothing of it can be
+    seen before all counting seeds are in."""
+    family, rule = SCRIPT.RULES["decision40_24_200_issue79"]
+    five, december_5 = SCRIPT.RULES["decision40_24_200"]
+    assert family == five + ("DROAdaptive_errorSet", "DROAdaptive_errorSet_refresh70") and len(family) == 7
+    assert set(rule.single_training) == set(family) - {"JTT"} and rule.primary == december_5.primary
+    assert SCRIPT.READINGS["decision40_24_200_issue79"] == "decision40_24_200"
+    if SCRIPT.HELD_BACK.get("decision40_24_200"):
+        assert SCRIPT.main(["--decision", "decision40_24_200_issue79"]) == 2
+        err = capsys.readouterr().err
+        assert "DROAdaptive_errorSet, DROAdaptive_errorSet_refresh70 on decision40_24_200 are held back" in err
+
+
 def test_readme_bottom_line_is_the_rules(stored):
     """The README's bottom line is the sentence ``evidence_intervals.py --bottom-line`` makes from issue
     78's rule and the stored cells, what it says of the default holds, and docs/choosing-robustness.md

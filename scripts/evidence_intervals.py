@@ -395,16 +395,23 @@ def design_lines(gains: pd.DataFrame, primary: str, arms: int = CONVERGED_ARMS) 
 
 
 #: the dose-response (issue 78, item 1; journal, December 6): the decision regime's arms ERM, the
-#: default and JTT's second stage at 1x and 2x its budget on its first four counting seeds, read by
-#: ``calibration.dose_response_reading`` on the primary statistic
-DOSE = {"records": {"1x": "decision40_24_200", "2x": "decision40_24_400"}, "seeds": (30, 31, 32, 34),
-        "arms": ("DROAdaptive", "JTT"), "budget_2x": 400}
+#: default and JTT's second stage at 1x, 2x and (journal, December 7, 17:58: the last rung) 4x its
+#: budget on its first four counting seeds, each later budget read against 1x by
+#: ``calibration.dose_response_reading`` on the primary statistic. A later budget is read once its
+#: record exists, and then only whole (every seed and arm in it)
+DOSE = {"records": {"1x": "decision40_24_200", "2x": "decision40_24_400", "4x": "decision40_24_800"},
+        "seeds": (30, 31, 32, 34), "arms": ("DROAdaptive", "JTT"), "epochs": {"2x": 400, "4x": 800}}
 PRIMARY = "other intra_axial_csf p10"
+
+
+def dose_budgets(record: Path = RECORD, dose: dict = DOSE) -> list[str]:
+    """The budgets read: 1x and 2x always, each later one whose record folder exists."""
+    return [b for b in dose["records"] if b in ("1x", "2x") or (record / dose["records"][b]).is_dir()]
 
 
 def dose_gains(record_dir: Path, seeds: tuple[int, ...]) -> pd.DataFrame:
     """One record's paired gains on the larger test set over ``seeds`` (every one must be there:
-    the reading compares the same seeds at both budgets)."""
+    the reading compares the same seeds at every budget)."""
     runs = per_run_statistics(pd.read_csv(record_dir / PER_CASE["large_test"]))
     missing = sorted(set(seeds) - set(runs.loc[runs["method"] == "ERM", "seed"]))
     if missing:
@@ -413,87 +420,113 @@ def dose_gains(record_dir: Path, seeds: tuple[int, ...]) -> pd.DataFrame:
 
 
 def dose_table(record: Path = RECORD, dose: dict = DOSE) -> pd.DataFrame:
-    """Per arm and statistic: the gains over ERM per seed at 1x and 2x, their means, and for the
-    primary statistic the registered reading (holds / shrinks / vanishes); for a control region
-    whether its mean gain at 2x stays above -1 point (the prediction's "within 1 point")."""
-    seeds = tuple(dose["seeds"])
-    gains = {budget: dose_gains(record / name, seeds) for budget, name in dose["records"].items()}
+    """Per arm and statistic: the gains over ERM per seed at each budget, their means, and at each
+    budget after 1x, for the primary statistic the registered reading against 1x (holds / shrinks /
+    vanishes: ``reading_2x``, ``reading_4x``); for a control region whether its mean gain there stays
+    above -1 point (the prediction's "within 1 point")."""
+    seeds, budgets = tuple(dose["seeds"]), dose_budgets(record, dose)
+    gains = {budget: dose_gains(record / dose["records"][budget], seeds) for budget in budgets}
     rows = []
     for method in dose["arms"]:
         for group, region, name in STATISTICS:
             statistic_name = f"{group} {region} {name}"
+            row = {"method": method, "statistic": statistic_name, "seeds": " ".join(map(str, seeds))}
             per_budget = {}
             for budget, table in gains.items():
                 part = table[(table["method"] == method) & (table["statistic"] == statistic_name)].set_index("seed")
                 absent = [s for s in seeds if s not in part.index]
                 if absent:
                     raise UserError(f"--dose: {dose['records'][budget]} has no {method} run on seed(s) {absent}")
-                per_budget[budget] = part.loc[list(seeds), "gain"].to_numpy(dtype=float)
-            one, two = per_budget["1x"], per_budget["2x"]
-            if statistic_name == PRIMARY:
-                reading = calibration.dose_response_reading(one, two)
-            elif group == "control":
-                reading = "within 1 point at 2x" if two.mean() > -decision_rule.MARGIN else "costs 1 point or more at 2x"
-            else:
-                reading = ""
-            rows.append({"method": method, "statistic": statistic_name, "seeds": " ".join(map(str, seeds)),
-                         "gain_per_seed_1x": " ".join(f"{g:+.1f}" for g in one), "mean_1x": round(float(one.mean()), 2),
-                         "gain_per_seed_2x": " ".join(f"{g:+.1f}" for g in two), "mean_2x": round(float(two.mean()), 2),
-                         "reading": reading})
+                per_budget[budget] = values = part.loc[list(seeds), "gain"].to_numpy(dtype=float)
+                row[f"gain_per_seed_{budget}"] = " ".join(f"{g:+.1f}" for g in values)
+                row[f"mean_{budget}"] = round(float(values.mean()), 2)
+            for budget in budgets[1:]:
+                later = per_budget[budget]
+                if statistic_name == PRIMARY:
+                    reading = calibration.dose_response_reading(per_budget["1x"], later)
+                elif group == "control":
+                    reading = (f"within 1 point at {budget}" if later.mean() > -decision_rule.MARGIN
+                               else f"costs 1 point or more at {budget}")
+                else:
+                    reading = ""
+                row[f"reading_{budget}"] = reading
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
 def dose_fit_table(record: Path = RECORD, dose: dict = DOSE) -> pd.DataFrame:
     """Per arm run and seed: the "other" group's training-set intra-axial CSF Dice (the mean over its
-    3 training cases) at the end of the 1x runs, and along the 2x runs (every network kept),
-    with the 2x ERM runs' rise over their last quarter: 4x is trained only where an ERM run rises by
-    ``calibration.PLATEAU_RISE`` or more there."""
+    3 training cases) at the end of the 1x runs, and along each later budget's runs (every network
+    kept), with the ERM runs' rise over their last quarter there: the next budget is trained only
+    where an ERM run rises by ``calibration.PLATEAU_RISE`` or more (4x is the last)."""
     group, region = calibration.PLATEAU_GROUP, calibration.PLATEAU_REGION
     seeds = list(dose["seeds"])
     one = pd.read_csv(record / dose["records"]["1x"] / "training_fit.csv")
     one = one[(one["group"] == group) & (one["region"] == region) & one["seed"].isin(seeds)]
-    curve = pd.read_csv(record / dose["records"]["2x"] / "training_fit_curve.csv")
-    curve = curve[(curve["group"] == group) & (curve["region"] == region) & curve["seed"].isin(seeds)]
-    epochs = int(dose["budget_2x"])
+    curves = {}
+    for budget in dose_budgets(record, dose)[1:]:
+        curve = pd.read_csv(record / dose["records"][budget] / "training_fit_curve.csv")
+        curves[budget] = curve[(curve["group"] == group) & (curve["region"] == region) & curve["seed"].isin(seeds)]
     rows = []
     for method in ("ERM", "ERM_repeat", *dose["arms"]):
         for seed in seeds:
             at_1x = one.loc[(one["method"] == method) & (one["seed"] == seed), "training_mean"]
-            along = curve[(curve["method"] == method) & (curve["seed"] == seed)]
-            if at_1x.empty and along.empty:
+            along = {b: c[(c["method"] == method) & (c["seed"] == seed)] for b, c in curves.items()}
+            if at_1x.empty and all(a.empty for a in along.values()):
                 continue
-            fit = dict(zip(along["epoch"].astype(int), along["mean"].astype(float)))
             row = {"method": method, "seed": seed,
                    "fit_1x_end": round(float(at_1x.iloc[0]), 2) if len(at_1x) else np.nan}
-            row.update({f"fit_2x_epoch_{e}": round(v, 2) for e, v in sorted(fit.items())})
-            if fit and epochs in fit:
-                rise = calibration.last_quarter_rise(fit, epochs)
-                row["rise_last_quarter_2x"] = round(rise, 2)
-                row["plateaued_2x"] = bool(rise < calibration.PLATEAU_RISE)
+            for budget, part in along.items():
+                fit = dict(zip(part["epoch"].astype(int), part["mean"].astype(float)))
+                row.update({f"fit_{budget}_epoch_{e}": round(v, 2) for e, v in sorted(fit.items())})
+                epochs = int(dose["epochs"][budget])
+                if fit and epochs in fit:
+                    rise = calibration.last_quarter_rise(fit, epochs)
+                    row[f"rise_last_quarter_{budget}"] = round(rise, 2)
+                    row[f"plateaued_{budget}"] = bool(rise < calibration.PLATEAU_RISE)
             rows.append(row)
     return pd.DataFrame(rows)
 
 
+def _rising_erm(fit: pd.DataFrame, budget: str) -> list[int]:
+    """The seeds whose ERM run still rises over the last quarter at ``budget`` (an error where one
+    has no value at its last epoch or at 75 %)."""
+    erm = fit[fit["method"] == "ERM"]
+    column = f"plateaued_{budget}"
+    if column not in erm or erm[column].isna().any():
+        raise UserError(f"--dose: an ERM run at {budget} has no training-fit value at its last epoch or at 75 %")
+    return [int(s) for s in erm.loc[~erm[column].astype(bool), "seed"]]
+
+
 def dose_lines(record: Path = RECORD, dose: dict = DOSE) -> list[str]:
     """The dose-response's reading in words and tables (``--dose``)."""
+    budgets = dose_budgets(record, dose)
     table, fit = dose_table(record, dose), dose_fit_table(record, dose)
-    erm = fit[fit["method"] == "ERM"]
-    if "plateaued_2x" not in erm or erm["plateaued_2x"].isna().any():
-        raise UserError("--dose: an ERM run at 2x has no training-fit value at its last epoch or at 75 %")
-    rising = erm[~erm["plateaued_2x"].astype(bool)]
-    four = ("4x is to be trained: ERM's training-set Dice on its rare cases still rises by "
-            f"{calibration.PLATEAU_RISE:g} point or more over the last quarter at 2x on seed(s) "
-            + ", ".join(str(s) for s in rising["seed"]) if len(rising) else
-            f"4x is not needed: on every seed ERM's training-set Dice on its rare cases rises by less than "
-            f"{calibration.PLATEAU_RISE:g} point over the last quarter at 2x")
+    last, rise = budgets[-1], f"{calibration.PLATEAU_RISE:g} point"
+    rising = _rising_erm(fit, last)
+    if last == "2x":
+        verdict = ("4x is to be trained: ERM's training-set Dice on its rare cases still rises by "
+                   f"{rise} or more over the last quarter at 2x on seed(s) " + ", ".join(map(str, rising)) if rising else
+                   f"4x is not needed: on every seed ERM's training-set Dice on its rare cases rises by less than "
+                   f"{rise} over the last quarter at 2x")
+    else:
+        verdict = (f"the dose-response is truncated at {last} (the last rung): ERM's training-set Dice on its rare "
+                   f"cases still rises by {rise} or more over the last quarter on seed(s) " + ", ".join(map(str, rising))
+                   if rising else
+                   f"ERM has plateaued at {last}: on every seed its training-set Dice on its rare cases rises by less "
+                   f"than {rise} over the last quarter")
     primary = table[table["statistic"] == PRIMARY]
-    words = [f"{m}: the primary gain {r} ({a:+.1f} at 1x, {b:+.1f} at 2x)"
-             for m, r, a, b in zip(primary["method"], primary["reading"], primary["mean_1x"], primary["mean_2x"])]
-    return [f"dose-response on seeds {' '.join(map(str, dose['seeds']))} (1x {dose['records']['1x']}, "
-            f"2x {dose['records']['2x']}; gains over ERM on the larger test set, ERM the mean of its runs on the seed)",
+    words = []
+    for _, r in primary.iterrows():
+        readings = ", ".join(f"{r[f'reading_{b}']} at {b}" for b in budgets[1:])
+        means = ", ".join(f"{r[f'mean_{b}']:+.1f} at {b}" for b in budgets)
+        words.append(f"{r['method']}: the primary gain {readings} ({means})")
+    return [f"dose-response on seeds {' '.join(map(str, dose['seeds']))} ("
+            + ", ".join(f"{b} {dose['records'][b]}" for b in budgets)
+            + "; gains over ERM on the larger test set, ERM the mean of its runs on the seed)",
             table.to_string(index=False), "",
             "the \"other\" group's training-set intra-axial CSF Dice (mean over its training cases):",
-            fit.to_string(index=False), "", *words, four]
+            fit.to_string(index=False), "", *words, verdict]
 
 
 def short_cell(table: pd.DataFrame, record: str, method: str, statistic: str, baseline: str = "ERM") -> str:
@@ -579,8 +612,9 @@ def main(argv: list[str] | None = None) -> int:
                              "secondary reading of seeds read before the rule was written; "
                              "decision40_24_200_issue79: the same with issue 79's two arms in Holm's family)")
     parser.add_argument("--dose", action="store_true",
-                        help="issue 78's dose-response: the default's and JTT's gains at 1x and 2x the decision "
-                             "regime's budget, read by the registered rule, and ERM's fit of its rare training cases")
+                        help="issue 78's dose-response: the default's and JTT's gains at 1x, 2x (and 4x once its record "
+                             "exists) the decision regime's budget, read by the registered rule, and ERM's fit of its "
+                             "rare training cases")
     parser.add_argument("--bottom-line", action="store_true", help="print the README's bottom line, from the rule")
     parser.add_argument("--markdown", metavar="RECORD[:BASELINE[:METHOD,...]]", help="print one record's docs table")
     parser.add_argument("--cases", choices=tuple(PER_CASE), default="large_test",

@@ -360,11 +360,11 @@ def test_issue_78_rule_on_the_decision_regime_is_a_secondary_reading(stored, cap
     assert set(arms.index[arms["primary_above_0"]]) == {"JTT", "DROAdaptive_f25_ermPhase"}
     assert tuple(round(x, 1) for x in verdict.jtt_minus_default[:3]) == (5.6, -2.8, 13.9)
     assert verdict.jtt_minus_default[3] == 8
-    # every arm of the record but those still coming in (issue 79's, read once all counting seeds have them)
+    # every arm of the record but any still coming in (none since issue 79's were read, December 7, 22:30)
     everything = tuple(sorted(set(SCRIPT.record_gains("decision40_24_200")["method"])
-                              - set(SCRIPT.HELD_BACK["decision40_24_200"])))
+                              - set(SCRIPT.HELD_BACK.get("decision40_24_200", ()))))
     wide, _ = SCRIPT.rule_verdict(arms=everything)
-    assert len(wide.arms) == 8 and wide.nothing_shown and not wide.jtt_recommended
+    assert len(wide.arms) == 10 and wide.nothing_shown and not wide.jtt_recommended
     gains = SCRIPT.record_gains("decision40_24_200")
     for method in arms.index:
         for statistic in STATISTICS:
@@ -398,20 +398,48 @@ def test_issue_78_rule_on_the_decision_regime_is_a_secondary_reading(stored, cap
 
 
 
-def test_issue_79_reading_is_registered_and_held_back(capsys):
-    """Issue 79's secondary reading (journal, December 7, 20:10): the December 5 family plus its two
-    arms, seven in Holm's family, every one but JTT one training; it reads the decision regime's record,
-    and while that record holds the two arms back it is refused, naming them, so nothing of it can be
-    seen before all counting seeds are in."""
+def test_issue_79_secondary_reading(stored):
+    """Issue 79's secondary reading (journal, December 7, 20:10, fixed before its last six seeds): the
+    December 5 family plus its two arms, seven in Holm's family, every one but JTT one training, on the
+    decision regime's record; and its figures as the journal's 22:30 entry quotes them, with the error
+    sets' "other" cases per counting seed (``error_sets.csv``)."""
     family, rule = SCRIPT.RULES["decision40_24_200_issue79"]
     five, december_5 = SCRIPT.RULES["decision40_24_200"]
     assert family == five + ("DROAdaptive_errorSet", "DROAdaptive_errorSet_refresh70") and len(family) == 7
     assert set(rule.single_training) == set(family) - {"JTT"} and rule.primary == december_5.primary
     assert SCRIPT.READINGS["decision40_24_200_issue79"] == "decision40_24_200"
-    if SCRIPT.HELD_BACK.get("decision40_24_200"):
-        assert SCRIPT.main(["--decision", "decision40_24_200_issue79"]) == 2
-        err = capsys.readouterr().err
-        assert "DROAdaptive_errorSet, DROAdaptive_errorSet_refresh70 on decision40_24_200 are held back" in err
+    # the reading (journal, December 7, 22:30), figures as the journal quotes them
+    verdict, _ = SCRIPT.rule_verdict("decision40_24_200_issue79")
+    arms = verdict.arms.set_index("method")
+    assert verdict.nothing_shown and not verdict.jtt_recommended and not arms["eligible"].any()
+    journal = " ".join((RECORDS / "journal.md").read_text().split())
+    for method, name in (("DROAdaptive_errorSet", "`DROAdaptive_errorSet`"), ("DROAdaptive_errorSet_refresh70", "`_refresh70`")):
+        r = arms.loc[method]
+        assert f"{name} **{r['gain']:+.1f} ({r['ci_low']:.1f} to {r['ci_high']:.1f})**" in journal
+        assert not r["primary_above_0"] and not r["controls_noninferior"]
+    assert round(arms.loc["JTT", "holm_p"], 2) == 0.02 and arms.loc["JTT", "primary_above_0"]
+    assert (round(arms.loc["DROAdaptive_errorSet", "lowest_control_bound"], 2),
+            round(arms.loc["DROAdaptive_errorSet_refresh70", "lowest_control_bound"], 2)) == (-1.70, -1.13)
+    sets = pd.read_csv(RECORDS / "decision40_24_200" / "error_sets.csv")
+    kept, _ = SCRIPT.counting_seeds("decision40_24_200")
+    sets = sets[sets["seed"].isin(kept)]
+    other = {(a, c): sets[(sets.arm == a) & (sets.choice == c)]["in_set_other"].tolist()
+             for a, c in (("DROAdaptive_errorSet", 1), ("DROAdaptive_errorSet_refresh70", 1),
+                          ("DROAdaptive_errorSet_refresh70", 2), ("JTT", 1))}
+    assert other[("DROAdaptive_errorSet", 1)] == [1, 1, 2, 1, 2, 1, 3, 0] and other[("JTT", 1)] == [3] * 8
+    assert other[("DROAdaptive_errorSet_refresh70", 1)] == [1, 1, 0, 1, 2, 2, 2, 2]
+    assert other[("DROAdaptive_errorSet_refresh70", 2)] == [1, 0, 1, 1, 1, 1, 1, 0]
+
+
+def test_a_reading_of_arms_still_held_back_is_refused(monkeypatch, capsys):
+    """While a record holds arms back (their seeds still coming in), ``--decision`` on a family with
+    them prints nothing of the reading: one line naming them, exit 2."""
+    monkeypatch.setitem(SCRIPT.HELD_BACK, "decision40_24_200", ("DROAdaptive_errorSet", "DROAdaptive_errorSet_refresh70"))
+    assert SCRIPT.main(["--decision", "decision40_24_200_issue79"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip() == (
+        "error: --decision: DROAdaptive_errorSet, DROAdaptive_errorSet_refresh70 on decision40_24_200 are held back "
+        "until every counting seed has them (HELD_BACK in scripts/evidence_intervals.py)")
 
 
 def test_readme_bottom_line_is_the_rules(stored):

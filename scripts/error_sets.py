@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from nnunet_dro.errors import UserError
+
 RECORD = Path(__file__).resolve().parents[1] / "data_docs" / "benchmark_record" / "decision40_24_200"
 CHOICES_FILE = "error_set_choices.txt"
 #: the trainer's choice line (nnunet_dro.training.error_set, ``_choice_line``); a tie adds "; N cases tie ..."
@@ -35,10 +37,6 @@ CHOICE = re.compile(r"DRO error set: (?P<why>.+?): the hardest (?P<percent>[\d.]
 #: a lab trainer's results folder -> its arm (the trainer's name without ``nnUNetTrainer`` and the lab's twin suffix)
 TRAINER_FOLDER = re.compile(r"nnUNetTrainer(?P<arm>\w+?_errorSet\w*?)_CPUBudget__")
 JTT_ARM, JTT_WEIGHTS = "JTT", "case_weights.tsv"
-
-
-class InputError(Exception):
-    """A file the table needs is missing or unreadable (one line, exit 2)."""
 
 
 def choice_lines(log_text: str) -> list[str]:
@@ -60,10 +58,10 @@ def parse_choice(line: str) -> dict:
     """
     match = CHOICE.search(line)
     if match is None:
-        raise InputError(f"not an error-set choice line: {line[:80]!r}")
+        raise UserError(f"not an error-set choice line: {line[:80]!r}")
     cases = [item.split(" (")[0].strip() for item in match["listed"].split("), ") if item.strip()]
     if len(cases) != int(match["size"]):
-        raise InputError(f"choice line lists {len(cases)} cases but says {match['size']}: {line[:80]!r}")
+        raise UserError(f"choice line lists {len(cases)} cases but says {match['size']}: {line[:80]!r}")
     return {"from_epoch": int(match["from_epoch"]), "why": match["why"], "error_fraction": float(match["percent"]) / 100,
             "upweight": float(match["upweight"]), "cases": cases}
 
@@ -84,7 +82,7 @@ def keep_choices(workdir: Path, record: Path) -> list[Path]:
         # every log of the run, in order: a resumed run's later log has only the restore, not the choice
         lines = [line for path in logs for line in choice_lines(path.read_text())]
         if not lines:
-            raise InputError(f"{logs[-1]}: no error-set choice line (did the run end its ERM phase?)")
+            raise UserError(f"{logs[-1]}: no error-set choice line (did the run end its ERM phase?)")
         seed_folder = fold.parents[4]
         target = record / "runs" / seed_folder.name / "arms" / match["arm"] / CHOICES_FILE
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -102,14 +100,14 @@ def final_set_agrees(seed_folder: Path, arm: str, cases: list[str]) -> None:
         table = pd.read_csv(report, dtype={"case": str})
         marked = set(table.loc[table["in_error_set"] == 1, "case"])
         if marked != set(cases):
-            raise InputError(f"{report}: in_error_set marks {len(marked)} cases, the last logged choice {len(cases)}")
+            raise UserError(f"{report}: in_error_set marks {len(marked)} cases, the last logged choice {len(cases)}")
 
 
 def training_groups(seed_folder: Path) -> pd.Series:
     """Case -> group (condition) of the seed's training cases."""
     tables = sorted(seed_folder.glob("nnunet/nnUNet_raw/*/subgroups.tsv"))
     if not tables:
-        raise InputError(f"{seed_folder}: no nnunet/nnUNet_raw/*/subgroups.tsv")
+        raise UserError(f"{seed_folder}: no nnunet/nnUNet_raw/*/subgroups.tsv")
     table = pd.read_csv(tables[0], sep="\t", dtype={"case": str})
     return table[table["split"] == "train"].set_index("case")["condition"]
 
@@ -135,7 +133,7 @@ def error_set_table(record: Path) -> pd.DataFrame:
         for arm, number, from_epoch, why, cases in sets:
             unknown = sorted(set(cases) - set(groups.index))
             if unknown:
-                raise InputError(f"{seed_folder}: {arm}'s set names cases that are not training cases: {unknown[:3]}")
+                raise UserError(f"{seed_folder}: {arm}'s set names cases that are not training cases: {unknown[:3]}")
             chosen = groups.loc[cases]
             row = {"seed": int(seed_folder.name.split("_")[1]), "arm": arm, "choice": number,
                    "from_epoch": from_epoch, "why": why, "size": len(cases), "training_cases": len(groups)}
@@ -145,7 +143,7 @@ def error_set_table(record: Path) -> pd.DataFrame:
             row["cases"] = " ".join(cases)
             rows.append(row)
     if not rows:
-        raise InputError(f"{record}: no error set (no runs/seed_*/arms/*/{CHOICES_FILE}, no JTT {JTT_WEIGHTS})")
+        raise UserError(f"{record}: no error set (no runs/seed_*/arms/*/{CHOICES_FILE}, no JTT {JTT_WEIGHTS})")
     return pd.DataFrame(rows)
 
 
@@ -158,11 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.workdir is not None:
             if not args.workdir.is_dir():
-                raise InputError(f"--from {args.workdir}: no such folder")
+                raise UserError(f"--from {args.workdir}: no such folder")
             kept = keep_choices(args.workdir, args.record)
             print(f"kept the choices of {len(kept)} runs in {args.record}")
         table = error_set_table(args.record)
-    except (InputError, OSError, KeyError, ValueError) as error:
+    except (UserError, OSError, KeyError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     output = args.record / "error_sets.csv"

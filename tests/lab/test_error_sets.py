@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from nnunet_dro.errors import UserError
 from nnunet_dro.training.error_set import nnUNetTrainerDROAdaptive_errorSet
 from nnunet_dro.weighting.error_set import ErrorSetChoice
 
@@ -118,7 +119,7 @@ def test_lines_that_are_not_a_whole_choice_are_never_counted(line):
     if "restored" in line:
         assert SCRIPT.choice_lines(line) == []
     else:
-        with pytest.raises(SCRIPT.InputError, match="lists 1 cases but says 3"):
+        with pytest.raises(UserError, match="lists 1 cases but says 3"):
             SCRIPT.parse_choice(line)
 
 

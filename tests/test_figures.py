@@ -12,7 +12,6 @@ claim row or a page edited on its own fails here instead of letting the pages dr
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -22,6 +21,7 @@ import pandas as pd
 import pytest
 
 from nnunet_dro.lab import claims
+from script_modules import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "data_docs" / "benchmark_record"
@@ -32,14 +32,7 @@ CHOOSING = ROOT / "docs" / "choosing-robustness.md"
 CLAIMS = claims.read_claims(RECORDS / "claims.csv")
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("evidence_intervals", ROOT / "scripts" / "evidence_intervals.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SCRIPT = _script()
+SCRIPT = load_script("evidence_intervals", "evidence_intervals")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ reading (journal, December 6: holds / shrinks / vanishes on the primary, control
 4x is the last rung, read against 1x in the same way, and truncated there if ERM still rises)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -12,20 +11,13 @@ import pandas as pd
 import pytest
 
 from nnunet_dro.errors import UserError
+from script_modules import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 SEEDS = (30, 31, 32, 34)
 REGIONS = ("white_matter", "intra_axial_csf", "cerebellum")
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("evidence_intervals_dose", ROOT / "scripts" / "evidence_intervals.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SCRIPT = _script()
+SCRIPT = load_script("evidence_intervals", "evidence_intervals_dose")
 
 
 def _per_case(shift: dict[tuple[str, str, str], float]) -> pd.DataFrame:

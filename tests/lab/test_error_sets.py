@@ -3,7 +3,6 @@
 reading), kept verbatim in the record, and counted by group beside JTT's set."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,22 +14,15 @@ import pytest
 from nnunet_dro.errors import UserError
 from nnunet_dro.training.error_set import nnUNetTrainerDROAdaptive_errorSet
 from nnunet_dro.weighting.error_set import ErrorSetChoice
+from script_modules import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 GROUPS = {"fetal_000": "control", "fetal_001": "control", "fetal_002": "control", "fetal_003": "other",
           "fetal_004": "other", "fetal_005": "spina_bifida"}
 DATASET = "Dataset991_SyntheticFetalBenchmark"
 FOLDER = "nnUNetTrainer{}_CPUBudget__nnUNetPlans__3d_fullres"
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("error_sets_script", ROOT / "scripts" / "error_sets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SCRIPT = _script()
+SCRIPT = load_script("error_sets")
 
 
 def _line(cases: tuple[int, ...], epoch: int, why: str, tied: tuple[int, ...] = ()) -> str:

@@ -4,7 +4,6 @@ Budget: a few seconds (tiny runs of tens of iterations on 8x8 images).
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import torch
 
 from nnunet_dro.errors import UserError
 from nnunet_dro.lab.experiments import digits
+from script_modules import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "digits_imbalance.py"
 
@@ -108,10 +108,7 @@ def test_short_run_structure_and_paired_initialisation(split):
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("digits_imbalance_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("digits_imbalance")
 
 
 @pytest.mark.parametrize("argv, flag", [(["--rare-fraction", "0"], "--rare-fraction"),

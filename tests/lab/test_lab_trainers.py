@@ -15,6 +15,7 @@ from nnunet_dro.lab import budget
 from nnunet_dro.lab.arm_runs import ARM_PLANS, ARM_TRAINERS, arm_run
 from nnunet_dro.lab.cohort_folder import PLANS
 from nnunet_dro.lab.ext_trainers import lab_trainer_dirs
+from script_modules import load_script
 
 
 def test_every_trainer_has_its_budget_twin_and_arm():
@@ -71,11 +72,7 @@ def test_the_records_arm_names_stay_arms(arm):
 
 
 def test_the_record_keeps_no_arm_of_the_unreleased_version():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("migrate", RECORD.parents[1] / "scripts" / "migrate_record_arms.py")
-    migrate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(migrate)
+    migrate = load_script("migrate_record_arms", "migrate")
     assert len(RECORD_ARMS) >= 10 and not set(RECORD_ARMS) & set(migrate.RENAMES)
     assert set(migrate.RENAMES.values()) <= set(ARM_TRAINERS)
 

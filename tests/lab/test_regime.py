@@ -16,6 +16,7 @@ import pytest
 from nnunet_dro.lab.arm_runs import ArmRuns
 from nnunet_dro.lab.cohort_folder import Cohort, CohortFolder
 from nnunet_dro.lab.regime import REGIME, Job, Scheduler, benchmark_command, report_arms, report_command
+from script_modules import load_script
 
 
 class Recorder:
@@ -193,12 +194,7 @@ def test_the_converged_regimes_command_lines():
 
 
 def test_decision_regime_script_needs_the_converged_budget(capsys):
-    import importlib.util
-
-    script = Path(__file__).resolve().parents[2] / "scripts" / "decision_regime.py"
-    spec = importlib.util.spec_from_file_location("decision_regime", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("decision_regime", "decision_regime")
     for argv, message in ((["--regime", "converged", "--seeds", "40"], "give --epochs"),
                           (["--seeds", "30", "--epochs", "400"], "fixed (200 epochs)"),
                           (["--regime", "dose", "--seeds", "30", "--epochs", "600"], "give --epochs 400")):

@@ -32,7 +32,7 @@ CHOOSING = ROOT / "docs" / "choosing-robustness.md"
 CLAIMS = claims.read_claims(RECORDS / "claims.csv")
 
 
-SCRIPT = load_script("evidence_intervals", "evidence_intervals")
+SCRIPT = load_script("evidence_intervals")
 
 
 @pytest.fixture(scope="module")

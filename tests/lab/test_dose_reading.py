@@ -17,7 +17,7 @@ SEEDS = (30, 31, 32, 34)
 REGIONS = ("white_matter", "intra_axial_csf", "cerebellum")
 
 
-SCRIPT = load_script("evidence_intervals", "evidence_intervals_dose")
+SCRIPT = load_script("evidence_intervals")
 
 
 def _per_case(shift: dict[tuple[str, str, str], float]) -> pd.DataFrame:

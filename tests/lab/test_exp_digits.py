@@ -107,10 +107,6 @@ def test_short_run_structure_and_paired_initialisation(split):
     assert {"rare_acc_mean", "rare_acc_std", "acc_mean", "acc_std"} <= set(summary.columns)
 
 
-def _load_script():
-    return load_script("digits_imbalance")
-
-
 @pytest.mark.parametrize("argv, flag", [(["--rare-fraction", "0"], "--rare-fraction"),
                                         (["--rare-fraction", "1.5"], "--rare-fraction"),
                                         (["--iterations", "0"], "--iterations"),
@@ -118,7 +114,7 @@ def _load_script():
                                         (["--methods", "nope"], "--methods"),
                                         (["--rare-class", "11"], "--rare-class")])
 def test_script_rejects_bad_input_before_any_work(argv, flag, tmp_path, capsys):
-    script = _load_script()
+    script = load_script("digits_imbalance")
     with pytest.raises(SystemExit) as exit_info:
         script.main([*argv, "-o", str(tmp_path / "x")])
     assert exit_info.value.code == 2

@@ -72,7 +72,7 @@ def test_the_records_arm_names_stay_arms(arm):
 
 
 def test_the_record_keeps_no_arm_of_the_unreleased_version():
-    migrate = load_script("migrate_record_arms", "migrate")
+    migrate = load_script("migrate_record_arms")
     assert len(RECORD_ARMS) >= 10 and not set(RECORD_ARMS) & set(migrate.RENAMES)
     assert set(migrate.RENAMES.values()) <= set(ARM_TRAINERS)
 

@@ -194,7 +194,7 @@ def test_the_converged_regimes_command_lines():
 
 
 def test_decision_regime_script_needs_the_converged_budget(capsys):
-    module = load_script("decision_regime", "decision_regime")
+    module = load_script("decision_regime")
     for argv, message in ((["--regime", "converged", "--seeds", "40"], "give --epochs"),
                           (["--seeds", "30", "--epochs", "400"], "fixed (200 epochs)"),
                           (["--regime", "dose", "--seeds", "30", "--epochs", "600"], "give --epochs 400")):
